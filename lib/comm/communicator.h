@@ -1,0 +1,66 @@
+// The communicator interface: the only door to MPI collectives in the project.
+// MpiCommunicator wraps a real MPI communicator; LocalCommunicator is the single-process
+// stand-in for tests and -np 1. Counts above INT_MAX are chunked by the implementation.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ht::comm {
+
+enum class DType { kF32, kF64, kI32, kI64, kU64, kU8, kBF16, kF16 };
+enum class ReduceOp { kSum, kMax, kMin };
+
+size_t dtype_bytes(DType t);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Rank and size within this node (from the shared-memory split, not environment guesses).
+  virtual int local_rank() const = 0;
+  virtual int local_size() const = 0;
+  virtual std::string hostname() const = 0;
+
+  virtual void barrier() = 0;
+  // In place on buf (count elements of type t).
+  virtual void allreduce(void* buf, size_t count, DType t, ReduceOp op) = 0;
+  virtual void broadcast(void* buf, size_t bytes, int root) = 0;
+  // recv holds size() * bytes_per_rank bytes.
+  virtual void allgather(const void* send, void* recv, size_t bytes_per_rank) = 0;
+  // Ends every rank of the job with this exit code; never returns.
+  [[noreturn]] virtual void abort(int exit_code) = 0;
+
+  // Bytes this rank handed to collectives since construction (telemetry).
+  uint64_t bytes_communicated() const { return bytes_communicated_; }
+
+  // Typed conveniences.
+  double allreduce_sum(double v) { allreduce(&v, 1, DType::kF64, ReduceOp::kSum); return v; }
+  int64_t allreduce_sum(int64_t v) { allreduce(&v, 1, DType::kI64, ReduceOp::kSum); return v; }
+  int64_t allreduce_max(int64_t v) { allreduce(&v, 1, DType::kI64, ReduceOp::kMax); return v; }
+  int64_t allreduce_min(int64_t v) { allreduce(&v, 1, DType::kI64, ReduceOp::kMin); return v; }
+  double allreduce_max(double v) { allreduce(&v, 1, DType::kF64, ReduceOp::kMax); return v; }
+  bool any(bool v) { return allreduce_max(static_cast<int64_t>(v)) != 0; }
+  std::string broadcast_string(const std::string& s, int root);
+
+ protected:
+  uint64_t bytes_communicated_ = 0;
+};
+
+// MPI_COMM_WORLD-backed communicator; MPI must be initialised (see MpiSession).
+std::unique_ptr<Communicator> make_mpi_world();
+std::unique_ptr<Communicator> make_local();
+
+// RAII MPI_Init_thread / MPI_Finalize.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+};
+
+}  // namespace ht::comm

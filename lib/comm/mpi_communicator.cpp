@@ -1,0 +1,164 @@
+#include <mpi.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstring>
+
+#include "comm/communicator.h"
+#include "core/error.h"
+
+namespace ht::comm {
+
+size_t dtype_bytes(DType t) {
+  switch (t) {
+    case DType::kF32: case DType::kI32: return 4;
+    case DType::kF64: case DType::kI64: case DType::kU64: return 8;
+    case DType::kU8: return 1;
+    case DType::kBF16: case DType::kF16: return 2;
+  }
+  return 0;
+}
+
+std::string Communicator::broadcast_string(const std::string& s, int root) {
+  int64_t n = static_cast<int64_t>(s.size());
+  broadcast(&n, sizeof(n), root);
+  std::string out = rank() == root ? s : std::string(static_cast<size_t>(n), '\0');
+  if (n > 0) broadcast(out.data(), static_cast<size_t>(n), root);
+  return out;
+}
+
+namespace {
+
+MPI_Datatype to_mpi(DType t) {
+  switch (t) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kF64: return MPI_DOUBLE;
+    case DType::kI32: return MPI_INT32_T;
+    case DType::kI64: return MPI_INT64_T;
+    case DType::kU64: return MPI_UINT64_T;
+    case DType::kU8: return MPI_UINT8_T;
+    case DType::kBF16: case DType::kF16: return MPI_UINT16_T;  // only for broadcast/gather; reductions go through comm/ averaging
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op to_mpi(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return MPI_SUM;
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kMin: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+constexpr size_t kMaxChunk = static_cast<size_t>(INT_MAX);
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+    HT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    HT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    HT_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_));
+    HT_MPI_CHECK(MPI_Comm_rank(node_, &local_rank_));
+    HT_MPI_CHECK(MPI_Comm_size(node_, &local_size_));
+    // Errors come back as return codes so that every call site can name itself.
+    HT_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  }
+  ~MpiCommunicator() override { MPI_Comm_free(&node_); }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
+  std::string hostname() const override {
+    char name[MPI_MAX_PROCESSOR_NAME] = {0};
+    int len = 0;
+    MPI_Get_processor_name(name, &len);
+    return std::string(name, static_cast<size_t>(len));
+  }
+
+  void barrier() override { HT_MPI_CHECK(MPI_Barrier(comm_)); }
+
+  void allreduce(void* buf, size_t count, DType t, ReduceOp op) override {
+    HT_REQUIRE(t != DType::kBF16 && t != DType::kF16, ExitCode::kRuntime,
+               "allreduce on 16-bit floats needs comm::average_parameters (fp32 accumulation)");
+    auto* p = static_cast<char*>(buf);
+    const size_t elem = dtype_bytes(t);
+    for (size_t done = 0; done < count;) {
+      const size_t n = std::min(kMaxChunk, count - done);
+      HT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + done * elem, static_cast<int>(n), to_mpi(t), to_mpi(op), comm_));
+      done += n;
+    }
+    bytes_communicated_ += count * elem;
+  }
+
+  void broadcast(void* buf, size_t bytes, int root) override {
+    auto* p = static_cast<char*>(buf);
+    for (size_t done = 0; done < bytes;) {
+      const size_t n = std::min(kMaxChunk, bytes - done);
+      HT_MPI_CHECK(MPI_Bcast(p + done, static_cast<int>(n), MPI_BYTE, root, comm_));
+      done += n;
+    }
+    bytes_communicated_ += bytes;
+  }
+
+  void allgather(const void* send, void* recv, size_t bytes_per_rank) override {
+    HT_REQUIRE(bytes_per_rank <= kMaxChunk, ExitCode::kRuntime, "allgather of {} bytes per rank exceeds INT_MAX",
+               bytes_per_rank);
+    HT_MPI_CHECK(MPI_Allgather(send, static_cast<int>(bytes_per_rank), MPI_BYTE, recv,
+                               static_cast<int>(bytes_per_rank), MPI_BYTE, comm_));
+    bytes_communicated_ += bytes_per_rank;
+  }
+
+  [[noreturn]] void abort(int exit_code) override {
+    MPI_Abort(comm_, exit_code);
+    std::_Exit(exit_code);
+  }
+
+ private:
+  MPI_Comm comm_;
+  MPI_Comm node_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+};
+
+class LocalCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  int local_rank() const override { return 0; }
+  int local_size() const override { return 1; }
+  std::string hostname() const override {
+    char name[256] = {0};
+    gethostname(name, sizeof(name) - 1);
+    return name;
+  }
+  void barrier() override {}
+  void allreduce(void*, size_t, DType, ReduceOp) override {}
+  void broadcast(void*, size_t, int) override {}
+  void allgather(const void* send, void* recv, size_t bytes_per_rank) override {
+    if (send != recv) std::memmove(recv, send, bytes_per_rank);
+  }
+  [[noreturn]] void abort(int exit_code) override { std::_Exit(exit_code); }
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_world() { return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD); }
+std::unique_ptr<Communicator> make_local() { return std::make_unique<LocalCommunicator>(); }
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    HT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  }
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+}  // namespace ht::comm

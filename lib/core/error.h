@@ -1,0 +1,55 @@
+// Error type, exit codes and the check macros used for every MPI, HDF5 and CUDA call.
+// Library code throws ht::Error; only app/ catches it and decides how the job ends.
+#pragma once
+#include <fmt/format.h>
+#include <stdexcept>
+#include <string>
+
+namespace ht {
+
+// Process exit codes; documented in README.md ("Exit codes").
+enum class ExitCode : int {
+  kOk = 0,
+  kUsage = 1,    // bad command line or config
+  kData = 2,     // data or I/O error (missing, malformed, corrupted file)
+  kRuntime = 3,  // failure during training (NaN loss, MPI failure, ...)
+  kRequeue = 75  // checkpointed after SIGTERM/SIGUSR1: please requeue (EX_TEMPFAIL)
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(ExitCode code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  ExitCode code() const { return code_; }
+
+ private:
+  ExitCode code_;
+};
+
+// Where the failing call sits, as "file:line".
+std::string source_location(const char* file, int line);
+
+[[noreturn]] void throw_mpi_error(int rc, const char* call, const char* file, int line);
+[[noreturn]] void throw_h5_error(const char* call, const char* file, int line);
+
+}  // namespace ht
+
+#define HT_FAIL(code, ...) throw ::ht::Error((code), ::fmt::format(__VA_ARGS__))
+
+#define HT_REQUIRE(cond, code, ...)                                   \
+  do {                                                                \
+    if (!(cond)) throw ::ht::Error((code), ::fmt::format(__VA_ARGS__)); \
+  } while (0)
+
+#define HT_MPI_CHECK(call)                                                \
+  do {                                                                    \
+    int ht_mpi_rc_ = (call);                                              \
+    if (ht_mpi_rc_ != MPI_SUCCESS) ::ht::throw_mpi_error(ht_mpi_rc_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+// Evaluates an HDF5 call once; negative ids/status throw with the call and location.
+#define HT_H5_CHECK(call)                                                          \
+  ([&]() {                                                                         \
+    auto ht_h5_rc_ = (call);                                                       \
+    if (ht_h5_rc_ < 0) ::ht::throw_h5_error(#call, __FILE__, __LINE__);            \
+    return ht_h5_rc_;                                                              \
+  }())

@@ -1,0 +1,82 @@
+// Distributed, prefetching sample loader over one split of a dataset file.
+// CONTRACT header written before the implementation; the data module owns and may extend it.
+//
+// Samples: causal-lm sample i = tokens[i*seq_len, i*seq_len + seq_len + 1) (input = first seq_len,
+// target = last seq_len); classification sample i = row i of input_ids / labels.
+// Order: a permutation of global sample indices from (seed, epoch) (identity if shuffle = false).
+// A global batch of G = world * grad_accum * micro_batch samples takes permutation positions
+// [b*G, (b+1)*G); micro-step m of rank r takes the micro_batch positions starting at
+// b*G + (m*world + r)*micro_batch. The set of samples per global batch therefore does not depend
+// on the rank count. The remainder of an epoch (< G samples) is dropped.
+#pragma once
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "data/dataset.h"
+
+namespace ht::data {
+
+struct Batch {
+  torch::Tensor input;   // [B, T] int64 token ids
+  torch::Tensor target;  // causal-lm: [B, T] int64 next tokens; classification: [B] int64 labels
+  torch::Tensor mask;    // classification: [B, T] (1 = real token); causal-lm: undefined
+  int64_t num_tokens = 0;  // tokens in input (for tokens/s)
+};
+
+// Position in the sample stream: enough to continue the exact sequence after a restart.
+struct LoaderState {
+  int64_t seed = 0;
+  int64_t epoch = 0;
+  int64_t samples_consumed = 0;  // global samples consumed in this epoch (multiple of G at step boundaries)
+};
+
+struct LoaderOptions {
+  std::string path;
+  std::string split = "train";  // "train" | "val"
+  int64_t seq_len = 0;          // causal-lm context; classification: must equal the file's width or less
+  int64_t micro_batch = 1;      // per rank
+  int64_t grad_accum = 1;
+  bool shuffle = true;
+  int64_t seed = 0;
+  int64_t prefetch = 4;         // batches read ahead on a background thread
+};
+
+class Loader {
+ public:
+  Loader(const LoaderOptions& opts, comm::Communicator& comm);
+  ~Loader();
+  // Next micro-batch of this rank. Crosses epoch boundaries by itself.
+  Batch next();
+  LoaderState state() const;        // at the last returned micro-batch
+  void restore(const LoaderState& s);
+  int64_t epoch() const;
+  int64_t samples_per_epoch() const;  // global samples in the split
+  int64_t steps_per_epoch() const;    // optimizer steps (global batches) per epoch
+  const DatasetMeta& meta() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Evaluation reader: rank r reads the contiguous shard [r*N/W, (r+1)*N/W) of the split in order,
+// so every sample is evaluated exactly once over all ranks.
+class EvalReader {
+ public:
+  EvalReader(const std::string& path, const std::string& split, int64_t seq_len, int64_t batch,
+             comm::Communicator& comm);
+  ~EvalReader();
+  // False when this rank's shard is exhausted (max_batches = 0: no limit).
+  bool next(Batch& out);
+  void rewind();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ht::data

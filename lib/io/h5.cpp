@@ -1,0 +1,326 @@
+#include "io/h5.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace ht::io {
+
+void Handle::reset() {
+  if (id_ >= 0 && close_) close_(id_);
+  id_ = H5I_INVALID_HID;
+}
+
+template <> hid_t native_type<float>() { return H5T_NATIVE_FLOAT; }
+template <> hid_t native_type<double>() { return H5T_NATIVE_DOUBLE; }
+template <> hid_t native_type<int8_t>() { return H5T_NATIVE_INT8; }
+template <> hid_t native_type<uint8_t>() { return H5T_NATIVE_UINT8; }
+template <> hid_t native_type<uint16_t>() { return H5T_NATIVE_UINT16; }
+template <> hid_t native_type<int32_t>() { return H5T_NATIVE_INT32; }
+template <> hid_t native_type<uint32_t>() { return H5T_NATIVE_UINT32; }
+template <> hid_t native_type<int64_t>() { return H5T_NATIVE_INT64; }
+template <> hid_t native_type<uint64_t>() { return H5T_NATIVE_UINT64; }
+
+void quiet_hdf5_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+File File::create(const std::string& path) {
+  quiet_hdf5_errors();
+  hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  HT_REQUIRE(id >= 0, ExitCode::kData, "{}: cannot create HDF5 file (directory missing or not writable?)", path);
+  return File(Handle(id, H5Fclose), path);
+}
+
+File File::open_mode(const std::string& path, unsigned flags) {
+  quiet_hdf5_errors();
+  struct stat st {};
+  HT_REQUIRE(::stat(path.c_str(), &st) == 0, ExitCode::kData, "{}: file not found", path);
+  HT_REQUIRE(S_ISREG(st.st_mode), ExitCode::kData, "{}: not a regular file", path);
+  HT_REQUIRE(H5Fis_hdf5(path.c_str()) > 0, ExitCode::kData, "{}: not an HDF5 file (or truncated)", path);
+  hid_t id = H5Fopen(path.c_str(), flags, H5P_DEFAULT);
+  HT_REQUIRE(id >= 0, ExitCode::kData, "{}: cannot open HDF5 file (truncated or damaged)", path);
+  return File(Handle(id, H5Fclose), path);
+}
+
+File File::open_read(const std::string& path) { return open_mode(path, H5F_ACC_RDONLY); }
+File File::open_rw(const std::string& path) { return open_mode(path, H5F_ACC_RDWR); }
+void File::flush() { HT_H5_CHECK(H5Fflush(h_.id(), H5F_SCOPE_GLOBAL)); }
+
+bool exists(hid_t loc, const std::string& name) {
+  // Walk the path so that a missing intermediate group is "false", not an error.
+  std::string prefix;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    const size_t next = name.find('/', pos);
+    prefix = name.substr(0, next);
+    if (!prefix.empty() && prefix != "/" && H5Lexists(loc, prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+    pos = next == std::string::npos ? next : next + 1;
+  }
+  return true;
+}
+
+Handle create_group(hid_t loc, const std::string& name) {
+  Handle lcpl(HT_H5_CHECK(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
+  HT_H5_CHECK(H5Pset_create_intermediate_group(lcpl.id(), 1));
+  return Handle(HT_H5_CHECK(H5Gcreate2(loc, name.c_str(), lcpl.id(), H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+}
+
+Handle open_group(hid_t loc, const std::string& name) {
+  HT_REQUIRE(exists(loc, name), ExitCode::kData, "group '{}' is missing", name);
+  return Handle(HT_H5_CHECK(H5Gopen2(loc, name.c_str(), H5P_DEFAULT)), H5Gclose);
+}
+
+std::vector<std::string> list_children(hid_t loc, const std::string& group) {
+  std::vector<std::string> names;
+  auto cb = [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
+    static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+    return 0;
+  };
+  Handle g(HT_H5_CHECK(H5Gopen2(loc, group.c_str(), H5P_DEFAULT)), H5Gclose);
+  HT_H5_CHECK(H5Literate(g.id(), H5_INDEX_NAME, H5_ITER_INC, nullptr, cb, &names));
+  return names;
+}
+
+namespace {
+// Creation-order tracking is needed for H5_INDEX_NAME iteration; fall back to name order.
+}
+
+void write_raw(hid_t loc, const std::string& name, hid_t type, const void* data, const std::vector<hsize_t>& dims,
+               hsize_t chunk_rows) {
+  Handle space(HT_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
+  Handle dcpl(HT_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+  hsize_t total = 1;
+  for (auto d : dims) total *= d;
+  if (total > 0) {
+    std::vector<hsize_t> chunk = dims;
+    hsize_t row_elems = 1;
+    for (size_t i = 1; i < dims.size(); ++i) row_elems *= dims[i];
+    if (chunk_rows == 0) {
+      // ~1 MiB chunks: large enough for throughput, small enough to localise a checksum failure.
+      const hsize_t elem = H5Tget_size(type);
+      chunk_rows = std::max<hsize_t>(1, (1u << 20) / std::max<hsize_t>(1, row_elems * elem));
+    }
+    chunk[0] = std::min<hsize_t>(dims[0], chunk_rows);
+    if (chunk[0] == 0) chunk[0] = 1;
+    HT_H5_CHECK(H5Pset_chunk(dcpl.id(), static_cast<int>(chunk.size()), chunk.data()));
+    HT_H5_CHECK(H5Pset_fletcher32(dcpl.id()));
+  }
+  Handle lcpl(HT_H5_CHECK(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
+  HT_H5_CHECK(H5Pset_create_intermediate_group(lcpl.id(), 1));
+  Handle ds(HT_H5_CHECK(H5Dcreate2(loc, name.c_str(), type, space.id(), lcpl.id(), dcpl.id(), H5P_DEFAULT)),
+            H5Dclose);
+  if (total > 0) HT_H5_CHECK(H5Dwrite(ds.id(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+}
+
+void write_string(hid_t loc, const std::string& name, const std::string& text) {
+  // Stored as a 1-D uint8 array with Fletcher32: no 64 KiB attribute limit and checksummed.
+  Handle type(HT_H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+  HT_H5_CHECK(H5Tset_size(type.id(), std::max<size_t>(1, text.size())));
+  HT_H5_CHECK(H5Tset_strpad(type.id(), H5T_STR_NULLPAD));
+  Handle space(HT_H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  Handle lcpl(HT_H5_CHECK(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
+  HT_H5_CHECK(H5Pset_create_intermediate_group(lcpl.id(), 1));
+  Handle ds(HT_H5_CHECK(H5Dcreate2(loc, name.c_str(), type.id(), space.id(), lcpl.id(), H5P_DEFAULT, H5P_DEFAULT)),
+            H5Dclose);
+  const std::string padded = text.empty() ? std::string(1, '\0') : text;
+  HT_H5_CHECK(H5Dwrite(ds.id(), type.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, padded.data()));
+}
+
+std::string read_string(hid_t loc, const std::string& name) {
+  Handle ds = open_dataset(loc, name);
+  Handle type(HT_H5_CHECK(H5Dget_type(ds.id())), H5Tclose);
+  HT_REQUIRE(H5Tget_class(type.id()) == H5T_STRING, ExitCode::kData, "dataset '{}' is not a string", name);
+  HT_REQUIRE(H5Tis_variable_str(type.id()) <= 0, ExitCode::kData, "dataset '{}' is a variable-length string", name);
+  const size_t n = H5Tget_size(type.id());
+  std::string out(n, '\0');
+  HT_H5_CHECK(H5Dread(ds.id(), type.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()));
+  out.resize(std::min(out.size(), out.find('\0')));
+  return out;
+}
+
+Handle open_dataset(hid_t loc, const std::string& name) {
+  HT_REQUIRE(exists(loc, name), ExitCode::kData, "dataset '{}' is missing", name);
+  hid_t id = H5Dopen2(loc, name.c_str(), H5P_DEFAULT);
+  HT_REQUIRE(id >= 0, ExitCode::kData, "'{}' cannot be opened as a dataset", name);
+  return Handle(id, H5Dclose);
+}
+
+DatasetInfo info(hid_t loc, const std::string& name) {
+  Handle ds = open_dataset(loc, name);
+  DatasetInfo out;
+  Handle space(HT_H5_CHECK(H5Dget_space(ds.id())), H5Sclose);
+  const int rank = HT_H5_CHECK(H5Sget_simple_extent_ndims(space.id()));
+  out.dims.resize(static_cast<size_t>(rank));
+  if (rank > 0) HT_H5_CHECK(H5Sget_simple_extent_dims(space.id(), out.dims.data(), nullptr));
+  Handle type(HT_H5_CHECK(H5Dget_type(ds.id())), H5Tclose);
+  out.type_class = H5Tget_class(type.id());
+  out.type_size = H5Tget_size(type.id());
+  out.is_signed = out.type_class == H5T_INTEGER && H5Tget_sign(type.id()) == H5T_SGN_2;
+  Handle dcpl(HT_H5_CHECK(H5Dget_create_plist(ds.id())), H5Pclose);
+  const int nfilters = H5Pget_nfilters(dcpl.id());
+  for (int i = 0; i < nfilters; ++i) {
+    unsigned flags = 0;
+    size_t nelmts = 0;
+    unsigned filter_config = 0;
+    if (H5Pget_filter2(dcpl.id(), static_cast<unsigned>(i), &flags, &nelmts, nullptr, 0, nullptr, &filter_config) ==
+        H5Z_FILTER_FLETCHER32)
+      out.has_fletcher32 = true;
+  }
+  return out;
+}
+
+void read_raw(hid_t loc, const std::string& name, hid_t mem_type, void* out) {
+  Handle ds = open_dataset(loc, name);
+  if (H5Dread(ds.id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
+    HT_FAIL(ExitCode::kData, "dataset '{}': read failed (checksum mismatch or damaged data)", name);
+}
+
+template <typename T>
+std::vector<T> read(hid_t loc, const std::string& name) {
+  const auto i = info(loc, name);
+  hsize_t n = 1;
+  for (auto d : i.dims) n *= d;
+  std::vector<T> out(n);
+  if (n > 0) read_raw(loc, name, native_type<T>(), out.data());
+  return out;
+}
+
+template <typename T>
+void read_rows(hid_t dataset, hsize_t start, hsize_t count, T* out) {
+  Handle fspace(HT_H5_CHECK(H5Dget_space(dataset)), H5Sclose);
+  const int rank = HT_H5_CHECK(H5Sget_simple_extent_ndims(fspace.id()));
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  HT_H5_CHECK(H5Sget_simple_extent_dims(fspace.id(), dims.data(), nullptr));
+  HT_REQUIRE(rank >= 1 && start + count <= dims[0], ExitCode::kData, "row range [{}, {}) outside a dataset of {} rows",
+             start, start + count, rank >= 1 ? dims[0] : 0);
+  std::vector<hsize_t> offset(dims.size(), 0), extent = dims;
+  offset[0] = start;
+  extent[0] = count;
+  HT_H5_CHECK(H5Sselect_hyperslab(fspace.id(), H5S_SELECT_SET, offset.data(), nullptr, extent.data(), nullptr));
+  Handle mspace(HT_H5_CHECK(H5Screate_simple(rank, extent.data(), nullptr)), H5Sclose);
+  if (H5Dread(dataset, native_type<T>(), mspace.id(), fspace.id(), H5P_DEFAULT, out) < 0)
+    HT_FAIL(ExitCode::kData, "rows [{}, {}): read failed (checksum mismatch or damaged chunk)", start, start + count);
+}
+
+#define HT_INSTANTIATE(T)                                                  \
+  template std::vector<T> read<T>(hid_t, const std::string&);             \
+  template void read_rows<T>(hid_t, hsize_t, hsize_t, T*);
+HT_INSTANTIATE(float)
+HT_INSTANTIATE(double)
+HT_INSTANTIATE(uint8_t)
+HT_INSTANTIATE(int8_t)
+HT_INSTANTIATE(uint16_t)
+HT_INSTANTIATE(int32_t)
+HT_INSTANTIATE(uint32_t)
+HT_INSTANTIATE(int64_t)
+HT_INSTANTIATE(uint64_t)
+#undef HT_INSTANTIATE
+
+namespace {
+void write_attr(hid_t loc, const std::string& name, hid_t type, hid_t space, const void* data) {
+  if (H5Aexists(loc, name.c_str()) > 0) HT_H5_CHECK(H5Adelete(loc, name.c_str()));
+  Handle a(HT_H5_CHECK(H5Acreate2(loc, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
+  HT_H5_CHECK(H5Awrite(a.id(), type, data));
+}
+Handle open_attr(hid_t loc, const std::string& name) {
+  HT_REQUIRE(H5Aexists(loc, name.c_str()) > 0, ExitCode::kData, "attribute '{}' is missing", name);
+  return Handle(HT_H5_CHECK(H5Aopen(loc, name.c_str(), H5P_DEFAULT)), H5Aclose);
+}
+}  // namespace
+
+void set_attr(hid_t loc, const std::string& name, const std::string& value) {
+  Handle type(HT_H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+  HT_H5_CHECK(H5Tset_size(type.id(), std::max<size_t>(1, value.size())));
+  Handle space(HT_H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  const std::string padded = value.empty() ? std::string(1, '\0') : value;
+  write_attr(loc, name, type.id(), space.id(), padded.data());
+}
+
+void set_attr(hid_t loc, const std::string& name, int64_t value) {
+  Handle space(HT_H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  write_attr(loc, name, H5T_NATIVE_INT64, space.id(), &value);
+}
+
+void set_attr(hid_t loc, const std::string& name, double value) {
+  Handle space(HT_H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  write_attr(loc, name, H5T_NATIVE_DOUBLE, space.id(), &value);
+}
+
+void set_attr(hid_t loc, const std::string& name, const std::vector<std::string>& values) {
+  size_t width = 1;
+  for (const auto& v : values) width = std::max(width, v.size());
+  std::string flat(width * values.size(), '\0');
+  for (size_t i = 0; i < values.size(); ++i) flat.replace(i * width, values[i].size(), values[i]);
+  Handle type(HT_H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+  HT_H5_CHECK(H5Tset_size(type.id(), width));
+  HT_H5_CHECK(H5Tset_strpad(type.id(), H5T_STR_NULLPAD));
+  const hsize_t n = values.size();
+  Handle space(HT_H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
+  write_attr(loc, name, type.id(), space.id(), flat.data());
+}
+
+bool has_attr(hid_t loc, const std::string& name) { return H5Aexists(loc, name.c_str()) > 0; }
+
+std::string attr_string(hid_t loc, const std::string& name) {
+  Handle a = open_attr(loc, name);
+  Handle type(HT_H5_CHECK(H5Aget_type(a.id())), H5Tclose);
+  HT_REQUIRE(H5Tget_class(type.id()) == H5T_STRING, ExitCode::kData, "attribute '{}' is not a string", name);
+  if (H5Tis_variable_str(type.id()) > 0) {
+    char* p = nullptr;
+    Handle mtype(HT_H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+    HT_H5_CHECK(H5Tset_size(mtype.id(), H5T_VARIABLE));
+    HT_H5_CHECK(H5Aread(a.id(), mtype.id(), &p));
+    std::string out = p ? p : "";
+    H5free_memory(p);
+    return out;
+  }
+  std::string out(H5Tget_size(type.id()), '\0');
+  HT_H5_CHECK(H5Aread(a.id(), type.id(), out.data()));
+  out.resize(std::min(out.size(), out.find('\0')));
+  return out;
+}
+
+int64_t attr_int(hid_t loc, const std::string& name) {
+  Handle a = open_attr(loc, name);
+  Handle type(HT_H5_CHECK(H5Aget_type(a.id())), H5Tclose);
+  HT_REQUIRE(H5Tget_class(type.id()) == H5T_INTEGER, ExitCode::kData, "attribute '{}' is not an integer", name);
+  int64_t v = 0;
+  HT_H5_CHECK(H5Aread(a.id(), H5T_NATIVE_INT64, &v));
+  return v;
+}
+
+double attr_double(hid_t loc, const std::string& name) {
+  Handle a = open_attr(loc, name);
+  double v = 0;
+  HT_H5_CHECK(H5Aread(a.id(), H5T_NATIVE_DOUBLE, &v));
+  return v;
+}
+
+std::vector<std::string> attr_strings(hid_t loc, const std::string& name) {
+  Handle a = open_attr(loc, name);
+  Handle type(HT_H5_CHECK(H5Aget_type(a.id())), H5Tclose);
+  HT_REQUIRE(H5Tget_class(type.id()) == H5T_STRING, ExitCode::kData, "attribute '{}' is not a string list", name);
+  Handle space(HT_H5_CHECK(H5Aget_space(a.id())), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(space.id());
+  std::vector<std::string> out;
+  if (H5Tis_variable_str(type.id()) > 0) {
+    std::vector<char*> ptrs(static_cast<size_t>(n), nullptr);
+    Handle mtype(HT_H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+    HT_H5_CHECK(H5Tset_size(mtype.id(), H5T_VARIABLE));
+    HT_H5_CHECK(H5Aread(a.id(), mtype.id(), ptrs.data()));
+    for (char* p : ptrs) { out.emplace_back(p ? p : ""); H5free_memory(p); }
+    return out;
+  }
+  const size_t width = H5Tget_size(type.id());
+  std::string flat(width * static_cast<size_t>(n), '\0');
+  HT_H5_CHECK(H5Aread(a.id(), type.id(), flat.data()));
+  for (hssize_t i = 0; i < n; ++i) {
+    std::string s = flat.substr(static_cast<size_t>(i) * width, width);
+    s.resize(std::min(s.size(), s.find('\0')));
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace ht::io

@@ -1,0 +1,104 @@
+// GPT-style decoder (GPT-2 layout): token + position embeddings, N pre-norm blocks of causal
+// self-attention (at::scaled_dot_product_attention) and a GELU MLP, final LayerNorm, LM head tied
+// to the token embedding; plus a classification head over the mean-pooled final hidden states.
+// The blocks are a list the model iterates through a BlockRunner, which is where activation
+// recompute (lib/recompute) plugs in. This folder does no I/O.
+#pragma once
+#include <torch/torch.h>
+
+#include <functional>
+
+#include "config/config.h"
+
+namespace ht::model {
+
+struct GptOptions {
+  int64_t vocab_size = 258;
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t d_model = 128;
+  int64_t max_seq_len = 128;
+  int64_t num_labels = 0;  // > 0 adds the classification head
+  double dropout = 0.0;
+  bool bias = true;
+
+  static GptOptions from_config(const config::ModelConfig& m);
+};
+
+class CausalSelfAttentionImpl : public torch::nn::Module {
+ public:
+  explicit CausalSelfAttentionImpl(const GptOptions& o);
+  torch::Tensor forward(const torch::Tensor& x);
+  // The pieces, for recompute policies that keep some outputs and recompute others.
+  torch::Tensor qkv_proj(const torch::Tensor& x) { return qkv->forward(x); }
+  torch::Tensor attend(const torch::Tensor& qkv_out);  // SDPA, heads merged back: [B, T, C]
+  torch::Tensor out_proj(const torch::Tensor& y);       // projection + residual dropout
+
+  torch::nn::Linear qkv{nullptr}, proj{nullptr};
+  torch::nn::Dropout resid_drop{nullptr};
+  int64_t n_head;
+  double attn_dropout;
+};
+TORCH_MODULE(CausalSelfAttention);
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  explicit MlpImpl(const GptOptions& o);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear fc{nullptr}, proj{nullptr};
+  torch::nn::Dropout drop{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const GptOptions& o);
+  // x + attn(ln1(x)), then + mlp(ln2(.))
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
+  CausalSelfAttention attn{nullptr};
+  Mlp mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+// Runs block i on x. The default calls block->forward(x); lib/recompute installs others.
+using BlockRunner = std::function<torch::Tensor(size_t index, Block& block, const torch::Tensor& x)>;
+
+class GptImpl : public torch::nn::Module {
+ public:
+  explicit GptImpl(const GptOptions& o);
+
+  // Final hidden states [B, T, C] after ln_f.
+  torch::Tensor hidden(const torch::Tensor& ids);
+  // Next-token logits [B, T, V].
+  torch::Tensor lm_logits(const torch::Tensor& ids);
+  // Class logits [B, num_labels]; mask [B, T] is 1 on real tokens, 0 on padding.
+  torch::Tensor class_logits(const torch::Tensor& ids, const torch::Tensor& mask);
+
+  void set_block_runner(BlockRunner runner) { runner_ = std::move(runner); }
+  const GptOptions& options() const { return opts_; }
+  size_t num_blocks() const { return blocks_.size(); }
+  Block& block(size_t i) { return blocks_[i]; }
+
+  // Model FLOPs per trained token (forward + backward, 6N + attention), as in the PaLM appendix.
+  double flops_per_token(int64_t seq_len) const;
+  int64_t num_parameters() const;
+
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  torch::nn::Dropout emb_drop{nullptr};
+  torch::nn::LayerNorm ln_f{nullptr};
+  torch::nn::Linear cls_head{nullptr};
+
+ private:
+  void init_weights();
+  GptOptions opts_;
+  std::vector<Block> blocks_;
+  torch::nn::ModuleList block_list_;
+  BlockRunner runner_;
+};
+TORCH_MODULE(Gpt);
+
+// Cross-entropy of next-token prediction: logits [B, T, V] vs targets [B, T] (mean over tokens).
+torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets);
+
+}  // namespace ht::model

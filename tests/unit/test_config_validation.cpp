@@ -1,0 +1,77 @@
+// Config parsing and validation: every bad value is rejected with the key named.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "config/config.h"
+#include "core/error.h"
+
+using ht::config::Config;
+
+namespace {
+std::string error_of(const std::vector<std::string>& overrides, const std::string& file = "") {
+  try {
+    ht::config::load(file, overrides);
+  } catch (const ht::Error& e) {
+    EXPECT_EQ(e.code(), ht::ExitCode::kUsage);
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Config, DefaultsAreValid) { EXPECT_NO_THROW(ht::config::load("", {})); }
+
+TEST(Config, OverridesApply) {
+  auto c = ht::config::load("", {"model.n_layer=6", "train.lr=0.001", "local_sgd.enabled=true", "train.device=cpu"});
+  EXPECT_EQ(c.model.n_layer, 6);
+  EXPECT_DOUBLE_EQ(c.train.lr, 0.001);
+  EXPECT_TRUE(c.local_sgd.enabled);
+  EXPECT_EQ(c.train.device, "cpu");
+}
+
+TEST(Config, RejectsEachBadValueNamingTheKey) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"model.n_head=3", "model.n_head"},            // does not divide d_model = 128
+      {"model.seq_len=0", "model.seq_len"},
+      {"train.micro_batch_size=0", "train.micro_batch_size"},
+      {"train.grad_accum_steps=0", "train.grad_accum_steps"},
+      {"model.dropout=1.5", "model.dropout"},
+      {"train.lr=-1", "train.lr"},
+      {"recompute.policy=sometimes", "recompute.policy"},
+      {"local_sgd.steps=0", "local_sgd.steps"},
+      {"checkpoint.keep=1", "checkpoint.keep"},
+      {"eval.strategy=weekly", "eval.strategy"},
+      {"model.n_layer=abc", "model.n_layer"},
+      {"model.no_such_key=1", "model.no_such_key"},
+  };
+  for (const auto& [override_, key] : cases) {
+    const auto msg = error_of({override_});
+    EXPECT_NE(msg.find(key), std::string::npos) << override_ << " -> '" << msg << "'";
+  }
+  auto msg = error_of({"model.max_seq_len=64", "model.seq_len=128"});
+  EXPECT_NE(msg.find("model.seq_len"), std::string::npos) << msg;
+  msg = error_of({"recompute.policy=every_k", "recompute.k=9", "model.n_layer=4"});
+  EXPECT_NE(msg.find("recompute.k"), std::string::npos) << msg;
+  msg = error_of({"local_sgd.enabled=true", "train.max_steps=10", "local_sgd.warmup_steps=10"});
+  EXPECT_NE(msg.find("local_sgd.warmup_steps"), std::string::npos) << msg;
+}
+
+TEST(Config, FileErrorsNameKeyAndType) {
+  const std::string path = testing::TempDir() + "/bad.toml";
+  std::ofstream(path) << "[model]\nn_layer = \"four\"\n";
+  EXPECT_NE(error_of({}, path).find("model.n_layer"), std::string::npos);
+  std::ofstream(path) << "[modle]\nn_layer = 4\n";
+  EXPECT_NE(error_of({}, path).find("modle.n_layer"), std::string::npos);
+  std::ofstream(path) << "[model\nn_layer = 4\n";
+  EXPECT_NE(error_of({}, path).find(path), std::string::npos);
+}
+
+TEST(Config, DumpRoundTrips) {
+  auto c = ht::config::load("", {"model.n_layer=6", "data.path=/tmp/x y.h5", "train.lr=0.00025"});
+  const std::string path = testing::TempDir() + "/dump.toml";
+  std::ofstream(path) << ht::config::to_toml(c);
+  auto d = ht::config::load(path, {});
+  EXPECT_EQ(ht::config::to_toml(d), ht::config::to_toml(c));
+  EXPECT_EQ(d.data.path, "/tmp/x y.h5");
+}

@@ -169,6 +169,27 @@ void apply_override(Config& cfg, const std::string& assignment) {
   set_from_text(cfg, *k, assignment.substr(eq + 1));
 }
 
+namespace {
+void apply_table(Config& cfg, const toml::table& root, const std::string& origin) {
+  for (const auto& [section, node] : root) {
+    const auto* table = node.as_table();
+    if (!table) bad(std::string(section.str()), "expected a [section] table");
+    for (const auto& [name, value] : *table) {
+      const std::string full = fmt::format("{}.{}", section.str(), name.str());
+      const Key* k = find_key(full);
+      if (!k) bad(full, fmt::format("unknown key in {}", origin));
+      set_from_toml(cfg, *k, value);
+    }
+  }
+}
+
+Config finish_load(Config cfg, const std::vector<std::string>& overrides) {
+  for (const auto& o : overrides) apply_override(cfg, o);
+  validate(cfg);
+  return cfg;
+}
+}  // namespace
+
 Config load(const std::string& path, const std::vector<std::string>& overrides) {
   Config cfg;
   if (!path.empty()) {
@@ -180,20 +201,21 @@ Config load(const std::string& path, const std::vector<std::string>& overrides) 
       HT_FAIL(ExitCode::kUsage, "config file {}: {} (line {}, column {})", path, e.description(),
               src.begin.line, src.begin.column);
     }
-    for (const auto& [section, node] : root) {
-      const auto* table = node.as_table();
-      if (!table) bad(std::string(section.str()), "expected a [section] table");
-      for (const auto& [name, value] : *table) {
-        const std::string full = fmt::format("{}.{}", section.str(), name.str());
-        const Key* k = find_key(full);
-        if (!k) bad(full, fmt::format("unknown key in {}", path));
-        set_from_toml(cfg, *k, value);
-      }
-    }
+    apply_table(cfg, root, path);
   }
-  for (const auto& o : overrides) apply_override(cfg, o);
-  validate(cfg);
-  return cfg;
+  return finish_load(cfg, overrides);
+}
+
+Config load_text(const std::string& toml_text, const std::string& origin, const std::vector<std::string>& overrides) {
+  Config cfg;
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, origin);
+  } catch (const toml::parse_error& e) {
+    HT_FAIL(ExitCode::kUsage, "config in {}: {} (line {})", origin, e.description(), e.source().begin.line);
+  }
+  apply_table(cfg, root, origin);
+  return finish_load(cfg, overrides);
 }
 
 void validate(const Config& c) {

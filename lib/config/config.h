@@ -111,6 +111,8 @@ struct Config {
 // Parses a TOML file (may be empty for defaults only) and applies "section.key=value" overrides.
 // Throws ht::Error(kUsage) naming the key on any unknown key, wrong type or bad value.
 Config load(const std::string& path, const std::vector<std::string>& overrides);
+// Same from TOML text (e.g. the config stored inside a checkpoint); origin names it in errors.
+Config load_text(const std::string& toml_text, const std::string& origin, const std::vector<std::string>& overrides);
 void apply_override(Config& cfg, const std::string& assignment);
 // Checks cross-key constraints that do not need the dataset.
 void validate(const Config& cfg);

@@ -1,0 +1,56 @@
+// `hpctrain eval --checkpoint FILE [--config FILE] [--set ...]`: evaluation metrics of a saved model.
+// Without --config, the config stored inside the checkpoint is used.
+#include <iostream>
+
+#include "app/commands.h"
+#include "checkpoint/checkpoint.h"
+#include "config/config.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "io/h5.h"
+#include "train/trainer.h"
+
+namespace ht::app {
+namespace {
+
+struct EvalArgs {
+  std::string checkpoint;
+  std::string config_path;
+  std::vector<std::string> overrides;
+  config::Config cfg;
+};
+
+Phases configure_eval(CLI::App& sub) {
+  auto args = std::make_shared<EvalArgs>();
+  sub.add_option("--checkpoint", args->checkpoint, "checkpoint file (.h5)")->required();
+  sub.add_option("--config", args->config_path, "config file; default: the config stored in the checkpoint");
+  sub.add_option("--set", args->overrides, "override a key: section.key=value (repeatable)")->take_all();
+  Phases p;
+  p.setup = [args](Context&) {
+    if (!args->config_path.empty()) {
+      args->cfg = config::load(args->config_path, args->overrides);
+    } else {
+      auto file = io::File::open_read(args->checkpoint);
+      args->cfg = config::load_text(io::read_string(file.id(), "/config"), args->checkpoint + ":/config",
+                                    args->overrides);
+    }
+    if (args->cfg.eval.strategy == "no") args->cfg.eval.strategy = "epoch";
+    args->cfg = train::resolve_with_dataset(args->cfg);
+  };
+  p.run = [args](Context& ctx) -> int {
+    const auto r = train::evaluate_checkpoint(args->cfg, args->checkpoint, ctx.comm);
+    if (ctx.comm.rank() == 0) {
+      std::cout << fmt::format("eval_loss {:.6f}\neval_accuracy {:.6f}\n", r.loss, r.accuracy);
+      if (r.task == "causal-lm") std::cout << fmt::format("eval_perplexity {:.4f}\n", r.perplexity);
+      else std::cout << fmt::format("eval_f1 {:.6f}\n", r.f1);
+      std::cout << fmt::format("eval_count {}\n", r.count);
+    }
+    return 0;
+  };
+  return p;
+}
+
+const Registrar kEval{Command{"eval", "evaluate a checkpoint on the validation split", configure_eval}};
+
+}  // namespace
+}  // namespace ht::app

@@ -1,0 +1,70 @@
+// `hpctrain train --config FILE [--set section.key=value ...] [--resume | --resume-from FILE]`
+#include <iostream>
+
+#include "app/commands.h"
+#include "config/config.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "train/trainer.h"
+
+namespace ht::app {
+namespace {
+
+struct TrainArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  bool resume = false;
+  std::string resume_from;
+  bool dump_config = false;
+  bool help_config = false;
+  config::Config cfg;
+};
+
+// Rank 0 prints "rank R on host H" for every rank: multi-node runs show their distinct hosts.
+void log_rank_hosts(comm::Communicator& comm) {
+  constexpr size_t kWidth = 64;
+  std::string mine = comm.hostname().substr(0, kWidth - 1);
+  mine.resize(kWidth, '\0');
+  std::string all(kWidth * static_cast<size_t>(comm.size()), '\0');
+  comm.allgather(mine.data(), all.data(), kWidth);
+  HT_INFO("hpctrain {} | {} ranks", HPCTRAIN_VERSION, comm.size());
+  for (int r = 0; r < comm.size(); ++r) HT_INFO("rank {} on host {}", r, all.substr(r * kWidth, kWidth).c_str());
+}
+
+Phases configure_train(CLI::App& sub) {
+  auto args = std::make_shared<TrainArgs>();
+  sub.add_option("--config", args->config_path, "TOML config file (see docs/config.md)");
+  sub.add_option("--set", args->overrides, "override a key: section.key=value (repeatable)")->take_all();
+  auto* resume = sub.add_flag("--resume", args->resume, "continue from the newest valid checkpoint, if any");
+  sub.add_option("--resume-from", args->resume_from, "continue from this checkpoint file")->excludes(resume);
+  sub.add_flag("--dump-config", args->dump_config, "print the resolved config and exit");
+  sub.add_flag("--help-config", args->help_config, "list every config key with its type, default and meaning");
+  Phases p;
+  p.setup = [args](Context& ctx) {
+    if (args->help_config) return;
+    args->cfg = config::load(args->config_path, args->overrides);
+    log::set_level(args->cfg.log.level);
+    if (args->dump_config) return;
+    args->cfg = train::resolve_with_dataset(args->cfg);
+  };
+  p.run = [args](Context& ctx) -> int {
+    if (args->help_config) {
+      if (ctx.comm.rank() == 0) std::cout << "Config keys (section.key  type  default  meaning):\n" << config::describe_keys();
+      return 0;
+    }
+    if (args->dump_config) {
+      if (ctx.comm.rank() == 0) std::cout << config::to_toml(args->cfg);
+      return 0;
+    }
+    log_rank_hosts(ctx.comm);
+    train::ResumeRequest resume{args->resume, args->resume_from};
+    train::Trainer trainer(args->cfg, ctx.comm, resume);
+    return trainer.run();
+  };
+  return p;
+}
+
+const Registrar kTrain{Command{"train", "train a model (config file + --set overrides)", configure_train}};
+
+}  // namespace
+}  // namespace ht::app

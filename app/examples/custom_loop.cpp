@@ -1,0 +1,91 @@
+// A hand-written training loop from hpctrain's building blocks: the C++ twin of the
+// Hugging Face Accelerate loop with `accumulate(model)`, `backward(loss)`, `optimizer.step()`,
+// `lr_scheduler.step()`, `zero_grad()` and `with LocalSGD(model, local_sgd_steps=N):`.
+//
+//   mpirun -np 2 build/bin/custom_loop --data data/fortunes.h5 --steps 30
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <iostream>
+
+#include "comm/communicator.h"
+#include "config/config.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "data/loader.h"
+#include "model/gpt.h"
+#include "train/accelerator.h"
+#include "train/local_sgd.h"
+#include "train/optim.h"
+
+int main(int argc, char** argv) {
+  ht::comm::MpiSession mpi(&argc, &argv);
+  auto comm = ht::comm::make_mpi_world();
+  ht::log::init(comm->rank(), comm->size());
+  CLI::App app{"custom_loop: hand-written loop with Accelerator + LocalSgd scopes"};
+  std::string data_path;
+  int64_t steps = 30, accum = 2, local_steps = 4;
+  app.add_option("--data", data_path, "causal-lm dataset file")->required();
+  app.add_option("--steps", steps, "optimizer steps");
+  app.add_option("--accum", accum, "gradient accumulation steps");
+  app.add_option("--local-sgd-steps", local_steps, "local steps between parameter averages");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    ht::config::Config cfg;  // defaults, then the few knobs of this example
+    cfg.train.lr = 1e-3;
+    cfg.train.warmup_steps = 5;
+    cfg.local_sgd.enabled = true;
+    cfg.local_sgd.steps = local_steps;
+    const auto meta = ht::data::read_meta(data_path);
+    cfg.model.vocab_size = meta.vocab_size;
+    cfg.model.n_layer = 2;
+    cfg.model.d_model = 64;
+    cfg.model.seq_len = 64;
+    torch::set_num_threads(1);
+    torch::manual_seed(0);
+
+    ht::model::Gpt model(ht::model::GptOptions::from_config(cfg.model));
+    auto optimizer = ht::train::make_adamw(*model, cfg.train);
+    ht::train::LrSchedule lr_scheduler(cfg.train, steps);
+    ht::train::Accelerator accelerator(accum);
+    ht::data::Loader loader({data_path, "train", cfg.model.seq_len, 8, accum, true, 1234, 2}, *comm);
+
+    double first = 0, last = 0;
+    {
+      ht::train::LocalSgd local_sgd(*model, *optimizer, *comm, cfg.local_sgd);  // `with LocalSGD(...)`
+      int64_t step = 0;
+      double loss_sum = 0;
+      while (step < steps) {
+        auto batch = loader.next();
+        auto scope = accelerator.accumulate();
+        auto loss = ht::model::lm_loss(model->lm_logits(batch.input), batch.target);
+        accelerator.backward(loss);
+        loss_sum += loss.item<double>() / static_cast<double>(accum);
+        if (!accelerator.sync_gradients()) continue;
+        local_sgd.after_backward();
+        ht::train::clip_grad_norm(*model, 1.0);
+        lr_scheduler.apply(*optimizer, step);  // lr_scheduler.step()
+        optimizer->step();
+        optimizer->zero_grad();
+        local_sgd.step();  // averages parameters every N steps
+        if (step == 0) first = loss_sum;
+        last = loss_sum;
+        if (step % 10 == 0) HT_INFO("step {} loss {:.4f}", step, loss_sum);
+        loss_sum = 0;
+        ++step;
+      }
+      HT_INFO("parameter averages: {}", local_sgd.stats().syncs);
+    }  // the scope's destructor ran the final synchronisation
+    HT_INFO("first loss {:.4f}, last loss {:.4f}", first, last);
+    if (!(std::isfinite(last) && last < first)) {
+      HT_ERROR("loss did not decrease");
+      return 3;
+    }
+    return 0;
+  } catch (const ht::Error& e) {
+    HT_ERROR("{}", e.what());
+    if (comm->size() > 1) comm->abort(static_cast<int>(e.code()));
+    return static_cast<int>(e.code());
+  }
+}

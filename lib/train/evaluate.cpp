@@ -1,0 +1,91 @@
+#include "train/evaluate.h"
+
+#include <cmath>
+
+namespace ht::train {
+
+double macro_f1(const std::vector<int64_t>& confusion, int64_t num_labels) {
+  double sum = 0.0;
+  int64_t present = 0;
+  for (int64_t c = 0; c < num_labels; ++c) {
+    int64_t tp = confusion[static_cast<size_t>(c * num_labels + c)], fp = 0, fn = 0;
+    for (int64_t o = 0; o < num_labels; ++o) {
+      if (o == c) continue;
+      fp += confusion[static_cast<size_t>(o * num_labels + c)];
+      fn += confusion[static_cast<size_t>(c * num_labels + o)];
+    }
+    if (tp + fp + fn == 0) continue;  // label never seen nor predicted
+    ++present;
+    sum += 2.0 * static_cast<double>(tp) / static_cast<double>(2 * tp + fp + fn);
+  }
+  return present == 0 ? 0.0 : sum / static_cast<double>(present);
+}
+
+namespace {
+
+void accumulate_batch(model::Gpt& gpt, const data::Batch& batch, const torch::Device& device, EvalSums& sums) {
+  auto input = batch.input.to(device);
+  auto target = batch.target.to(device);
+  const int64_t num_labels = gpt->options().num_labels;
+  if (num_labels > 0) {
+    auto logits = gpt->class_logits(input, batch.mask.to(device)).to(torch::kFloat);
+    auto loss = torch::nn::functional::cross_entropy(
+        logits, target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    auto pred = logits.argmax(-1);
+    sums.loss_sum += loss.item<double>();
+    sums.correct += pred.eq(target).sum().item<int64_t>();
+    sums.count += target.size(0);
+    auto t_cpu = target.cpu(), p_cpu = pred.cpu();
+    auto t = t_cpu.accessor<int64_t, 1>();
+    auto p = p_cpu.accessor<int64_t, 1>();
+    for (int64_t i = 0; i < t.size(0); ++i) ++sums.confusion[static_cast<size_t>(t[i] * num_labels + p[i])];
+  } else {
+    auto logits = gpt->lm_logits(input).to(torch::kFloat);
+    auto flat = logits.reshape({-1, logits.size(-1)});
+    auto tflat = target.reshape({-1});
+    auto loss = torch::nn::functional::cross_entropy(
+        flat, tflat, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    sums.loss_sum += loss.item<double>();
+    sums.correct += flat.argmax(-1).eq(tflat).sum().item<int64_t>();
+    sums.count += tflat.size(0);
+  }
+}
+
+}  // namespace
+
+EvalResult evaluate(model::Gpt& gpt, data::EvalReader& reader, comm::Communicator& comm, const torch::Device& device,
+                    int64_t max_batches) {
+  const bool was_training = gpt->is_training();
+  gpt->eval();
+  torch::NoGradGuard no_grad;
+  const int64_t num_labels = gpt->options().num_labels;
+  EvalSums sums;
+  sums.confusion.assign(static_cast<size_t>(std::max<int64_t>(num_labels, 0) * std::max<int64_t>(num_labels, 0)), 0);
+  reader.rewind();
+  data::Batch batch;
+  for (int64_t b = 0; (max_batches == 0 || b < max_batches) && reader.next(batch); ++b)
+    accumulate_batch(gpt, batch, device, sums);
+  if (was_training) gpt->train();
+
+  // One reduction of [loss_sum, correct, count, confusion...] as doubles (exact for counts < 2^53).
+  std::vector<double> buf = {sums.loss_sum, static_cast<double>(sums.correct), static_cast<double>(sums.count)};
+  for (auto c : sums.confusion) buf.push_back(static_cast<double>(c));
+  comm.allreduce(buf.data(), buf.size(), comm::DType::kF64, comm::ReduceOp::kSum);
+
+  EvalResult r;
+  r.task = num_labels > 0 ? "classification" : "causal-lm";
+  r.count = static_cast<int64_t>(buf[2]);
+  if (r.count == 0) return r;
+  r.loss = buf[0] / buf[2];
+  r.accuracy = buf[1] / buf[2];
+  if (num_labels > 0) {
+    std::vector<int64_t> confusion(sums.confusion.size());
+    for (size_t i = 0; i < confusion.size(); ++i) confusion[i] = static_cast<int64_t>(buf[3 + i]);
+    r.f1 = macro_f1(confusion, num_labels);
+  } else {
+    r.perplexity = std::exp(r.loss);
+  }
+  return r;
+}
+
+}  // namespace ht::train

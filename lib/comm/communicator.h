@@ -1,6 +1,8 @@
 // The communicator interface: the only door to MPI collectives in the project.
 // MpiCommunicator wraps a real MPI communicator; LocalCommunicator is the single-process
 // stand-in for tests and -np 1. Counts above INT_MAX are chunked by the implementation.
+// Also: non-blocking requests (iallreduce/ialltoall) and CUDA-aware MPI detection.
+// Fused parameter averaging over this interface lives in comm/param_averager.h.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +16,16 @@ enum class DType { kF32, kF64, kI32, kI64, kU64, kU8, kBF16, kF16 };
 enum class ReduceOp { kSum, kMax, kMin };
 
 size_t dtype_bytes(DType t);
+
+// A pending non-blocking collective. The buffers it was started on must stay alive and untouched
+// until wait() (or a true test()) returns. The destructor waits (never throws: logs).
+class Request {
+ public:
+  virtual ~Request() = default;
+  // Drives progress; true once complete.
+  virtual bool test() = 0;
+  virtual void wait() = 0;
+};
 
 class Communicator {
  public:
@@ -29,8 +41,16 @@ class Communicator {
   // In place on buf (count elements of type t).
   virtual void allreduce(void* buf, size_t count, DType t, ReduceOp op) = 0;
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
-  // recv holds size() * bytes_per_rank bytes.
+  // recv holds size() * bytes_per_rank bytes. send may be recv + rank() * bytes_per_rank (in place).
   virtual void allgather(const void* send, void* recv, size_t bytes_per_rank) = 0;
+  // Non-blocking in-place all-reduce (MPI_Iallreduce); the default completes it at once.
+  virtual std::unique_ptr<Request> iallreduce(void* buf, size_t count, DType t, ReduceOp op);
+  // send and recv hold size() * bytes_per_rank bytes; block j of send goes to rank j.
+  virtual void alltoall(const void* send, void* recv, size_t bytes_per_rank);
+  virtual std::unique_ptr<Request> ialltoall(const void* send, void* recv, size_t bytes_per_rank);
+  // True when device (CUDA) pointers may be handed to collectives: MPI built CUDA-aware
+  // (mpi-ext.h MPIX_CUDA_AWARE_SUPPORT) and MPIX_Query_cuda_support() says so at run time.
+  virtual bool cuda_aware() const { return false; }
   // Ends every rank of the job with this exit code; never returns.
   [[noreturn]] virtual void abort(int exit_code) = 0;
 

@@ -1,11 +1,16 @@
+// MPI and single-process implementations of comm::Communicator.
 #include <mpi.h>
 #include <unistd.h>
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI: MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support()
+#endif
 
 #include <climits>
 #include <cstring>
 
 #include "comm/communicator.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace ht::comm {
 
@@ -28,6 +33,60 @@ std::string Communicator::broadcast_string(const std::string& s, int root) {
 }
 
 namespace {
+
+// A request that completed when it was created (blocking fallbacks, single process).
+class DoneRequest final : public Request {
+ public:
+  bool test() override { return true; }
+  void wait() override {}
+};
+
+}  // namespace
+
+std::unique_ptr<Request> Communicator::iallreduce(void* buf, size_t count, DType t, ReduceOp op) {
+  allreduce(buf, count, t, op);
+  return std::make_unique<DoneRequest>();
+}
+
+void Communicator::alltoall(const void* send, void* recv, size_t bytes_per_rank) {
+  HT_REQUIRE(size() == 1, ExitCode::kRuntime, "alltoall is not implemented by this communicator");
+  if (send != recv) std::memmove(recv, send, bytes_per_rank);
+}
+
+std::unique_ptr<Request> Communicator::ialltoall(const void* send, void* recv, size_t bytes_per_rank) {
+  alltoall(send, recv, bytes_per_rank);
+  return std::make_unique<DoneRequest>();
+}
+
+namespace {
+
+// One or more MPI requests (a chunked count gives several) completed together.
+class MpiRequest final : public Request {
+ public:
+  explicit MpiRequest(int rank) : rank_(rank) {}
+  ~MpiRequest() override {
+    if (done_ || reqs_.empty()) return;
+    int rc = MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) HT_ERROR("MPI_Waitall in ~MpiRequest failed on rank {} (rc {})", rank_, rc);
+  }
+  std::vector<MPI_Request> reqs_;
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    HT_MPI_CHECK(MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &flag, MPI_STATUSES_IGNORE));
+    done_ = flag != 0;
+    return done_;
+  }
+  void wait() override {
+    if (done_) return;
+    HT_MPI_CHECK(MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE));
+    done_ = true;
+  }
+
+ private:
+  int rank_;
+  bool done_ = false;
+};
 
 MPI_Datatype to_mpi(DType t) {
   switch (t) {
@@ -105,9 +164,55 @@ class MpiCommunicator final : public Communicator {
   void allgather(const void* send, void* recv, size_t bytes_per_rank) override {
     HT_REQUIRE(bytes_per_rank <= kMaxChunk, ExitCode::kRuntime, "allgather of {} bytes per rank exceeds INT_MAX",
                bytes_per_rank);
-    HT_MPI_CHECK(MPI_Allgather(send, static_cast<int>(bytes_per_rank), MPI_BYTE, recv,
+    const bool in_place = send == static_cast<const char*>(recv) + static_cast<size_t>(rank_) * bytes_per_rank;
+    HT_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(bytes_per_rank), MPI_BYTE, recv,
                                static_cast<int>(bytes_per_rank), MPI_BYTE, comm_));
     bytes_communicated_ += bytes_per_rank;
+  }
+
+  std::unique_ptr<Request> iallreduce(void* buf, size_t count, DType t, ReduceOp op) override {
+    HT_REQUIRE(t != DType::kBF16 && t != DType::kF16, ExitCode::kRuntime,
+               "iallreduce on 16-bit floats needs comm::ParamAverager (fp32 accumulation)");
+    auto req = std::make_unique<MpiRequest>(rank_);
+    auto* p = static_cast<char*>(buf);
+    const size_t elem = dtype_bytes(t);
+    for (size_t done = 0; done < count;) {
+      const size_t n = std::min(kMaxChunk, count - done);
+      MPI_Request r = MPI_REQUEST_NULL;
+      HT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p + done * elem, static_cast<int>(n), to_mpi(t), to_mpi(op), comm_, &r));
+      req->reqs_.push_back(r);
+      done += n;
+    }
+    bytes_communicated_ += count * elem;
+    return req;
+  }
+
+  void alltoall(const void* send, void* recv, size_t bytes_per_rank) override {
+    HT_REQUIRE(bytes_per_rank <= kMaxChunk, ExitCode::kRuntime, "alltoall of {} bytes per rank exceeds INT_MAX",
+               bytes_per_rank);
+    const int n = static_cast<int>(bytes_per_rank);
+    HT_MPI_CHECK(MPI_Alltoall(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_));
+    bytes_communicated_ += bytes_per_rank * static_cast<size_t>(size_);
+  }
+
+  std::unique_ptr<Request> ialltoall(const void* send, void* recv, size_t bytes_per_rank) override {
+    HT_REQUIRE(bytes_per_rank <= kMaxChunk, ExitCode::kRuntime, "ialltoall of {} bytes per rank exceeds INT_MAX",
+               bytes_per_rank);
+    auto req = std::make_unique<MpiRequest>(rank_);
+    const int n = static_cast<int>(bytes_per_rank);
+    MPI_Request r = MPI_REQUEST_NULL;
+    HT_MPI_CHECK(MPI_Ialltoall(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_, &r));
+    req->reqs_.push_back(r);
+    bytes_communicated_ += bytes_per_rank * static_cast<size_t>(size_);
+    return req;
+  }
+
+  bool cuda_aware() const override {
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+    return MPIX_Query_cuda_support() == 1;
+#else
+    return false;  // built against an MPI without CUDA support (Debian's Open MPI: compile-time 0)
+#endif
   }
 
   [[noreturn]] void abort(int exit_code) override {
@@ -138,6 +243,7 @@ class LocalCommunicator final : public Communicator {
   void allgather(const void* send, void* recv, size_t bytes_per_rank) override {
     if (send != recv) std::memmove(recv, send, bytes_per_rank);
   }
+  bool cuda_aware() const override { return true; }  // no MPI involved: any pointer is fine
   [[noreturn]] void abort(int exit_code) override { std::_Exit(exit_code); }
 };
 

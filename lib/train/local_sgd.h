@@ -1,10 +1,13 @@
 // Local SGD scope (the C++ twin of Accelerate's `with LocalSGD(...)`): ranks take N optimizer
 // steps independently, then average parameters with one fused all-reduce (lib/comm).
 // CONTRACT header written before the implementation; the local-SGD work owns and may extend it.
+// Semantics (warmup, overlap, DiLoCo, drift, consistency check): docs/local-sgd.md.
 #pragma once
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "comm/communicator.h"
@@ -13,11 +16,17 @@
 namespace ht::train {
 
 struct SyncStats {
-  int64_t syncs = 0;                 // parameter averages done
+  int64_t syncs = 0;                 // parameter averages done (an overlapped one counts when started)
   int64_t grad_allreduces = 0;       // synchronous gradient averages (enabled=false or warmup)
-  uint64_t bytes_sent = 0;           // payload bytes this rank handed to MPI for averaging
-  double last_drift = 0.0;           // sqrt(sum over ranks |p_r - mean|^2) / W at the last sync (before averaging)
-  double comm_seconds = 0.0;
+  uint64_t bytes_sent = 0;           // payload bytes this rank handed to MPI for averaging (cumulative)
+  double last_drift = 0.0;           // sqrt(sum over ranks |p_r - mean|^2 / W) at the last sync (before averaging)
+  double comm_seconds = 0.0;         // wall time inside averaging (pack, collectives, unpack, telemetry), cumulative
+  // Added by the local-SGD work:
+  int64_t steps = 0;                 // optimizer steps seen by step()
+  uint64_t bytes_last_sync = 0;      // payload of the last parameter average (params, buffers, moments)
+  uint64_t bytes_per_grad_allreduce = 0;
+  double last_sync_seconds = 0.0;
+  uint64_t last_checksum = 0;        // parameter checksum after the last sync (equal on all ranks)
 };
 
 class LocalSgd {
@@ -38,7 +47,14 @@ class LocalSgd {
   void finish();
 
   const SyncStats& stats() const;
+  // Local optimizer steps since the last parameter average (0 right after a sync).
   int64_t local_step() const;
+
+  // Collective diagnostic (all ranks call it): the drift sqrt(sum_r |p_r - mean|^2 / W) of the
+  // current parameters, measured with one extra average. Changes nothing; not counted in stats().
+  double measure_drift();
+  // Test hook: runs after each average is applied and before the consistency check.
+  void set_post_average_hook(std::function<void()> hook);
 
   // Checkpointed state (DiLoCo outer copy and momentum, counters).
   std::map<std::string, torch::Tensor> state_tensors() const;

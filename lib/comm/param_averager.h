@@ -1,0 +1,99 @@
+// Fused averaging of a fixed set of tensors across ranks (parameters, gradients, optimizer
+// moments): flatten into one fp32 buffer allocated once, average with one in-place collective
+// per bucket (sum, then scale by 1/W), copy back. Exchange in fp32, or in bf16/fp16 with fp32
+// accumulation (reduce-scatter through alltoall, fp32 sum, one rounding, allgather).
+// GPU-aware: CUDA tensors go straight to a CUDA-aware MPI, else through a pinned host buffer.
+// Also: replica checksums (post-sync consistency check) and broadcast of tensors from a root.
+#pragma once
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace ht::comm {
+
+enum class ExchangeDType { kF32, kBF16, kF16 };
+// "fp32" | "bf16" | "fp16"; anything else throws ht::Error(kUsage).
+ExchangeDType parse_exchange_dtype(const std::string& name);
+std::string to_string(ExchangeDType t);
+
+// How buffers reach MPI: host memory directly, device memory to a CUDA-aware MPI, or a copy
+// through a (pinned, when CUDA is available) host staging buffer.
+enum class TransferPath { kHostDirect, kCudaAware, kStaged };
+std::string to_string(TransferPath p);
+
+// Compile-time view of the MPI library (mpi-ext.h); Communicator::cuda_aware() adds the run-time query.
+bool mpi_cuda_aware_compiled();
+
+struct AveragerOptions {
+  ExchangeDType dtype = ExchangeDType::kF32;
+  int64_t bucket_mb = 0;      // 0 = one bucket holding everything
+  bool force_staging = false; // go through the host staging buffer even when not needed (tests)
+  std::string name = "params";  // for log lines
+};
+
+class ParamAverager {
+ public:
+  // The layout (numel of each tensor, in order) and device are fixed by `like`; every call later
+  // passes tensors with the same numels (the tensor objects themselves may change, e.g. grads).
+  // The environment variable HPCTRAIN_COMM_FORCE_STAGING=1 also forces the staging path.
+  ParamAverager(Communicator& comm, const std::vector<torch::Tensor>& like, AveragerOptions opts);
+  ~ParamAverager();
+  ParamAverager(const ParamAverager&) = delete;
+  ParamAverager& operator=(const ParamAverager&) = delete;
+
+  // tensors := mean over ranks (pack, one collective per bucket, unpack with the 1/W scale fused).
+  void average(const std::vector<torch::Tensor>& tensors);
+
+  // Lower-level pieces, for callers that transform the flat buffer (DiLoCo, overlap).
+  torch::Tensor& flat() { return flat_; }  // fp32 [padded_numel] on the tensors' device
+  void pack(const std::vector<torch::Tensor>& tensors);
+  // tensors := source (default flat()) slices; add=true: tensors += slices.
+  void unpack(const std::vector<torch::Tensor>& tensors, const torch::Tensor& source = {}, bool add = false);
+  void allreduce_mean();  // flat() := mean over ranks, blocking
+  void start_mean();      // begins flat() := mean; flat() must not be touched until wait_mean()
+  bool test_mean();       // drives progress of a started mean; true when the exchange is done
+  void wait_mean();
+  bool pending() const { return !requests_.empty(); }
+
+  // Narrow flat-buffer slice of tensor i (a view).
+  torch::Tensor slice(const torch::Tensor& buf, size_t i) const;
+  int64_t numel() const { return total_numel_; }
+  uint64_t bytes_per_call() const;  // payload handed to the exchange per average (exchange dtype)
+  TransferPath path() const { return path_; }
+  size_t num_buckets() const { return buckets_.size(); }
+
+ private:
+  struct Bucket { int64_t begin, count; };
+  void copy_to_wire();
+  void copy_from_wire();
+  void launch(bool blocking);
+  void finish_16bit_bucket(const Bucket& b);
+  void* wire_ptr(int64_t elem_offset) const;
+
+  Communicator& comm_;
+  AveragerOptions opts_;
+  std::vector<int64_t> numels_, offsets_;
+  int64_t total_numel_ = 0, padded_numel_ = 0;
+  torch::Device device_{torch::kCPU};
+  TransferPath path_ = TransferPath::kHostDirect;
+  torch::Tensor flat_;   // fp32, device
+  torch::Tensor wire_;   // what MPI sees: exchange dtype, host when staged (== flat_ for direct fp32)
+  torch::Tensor recv_;   // 16-bit only: alltoall receive buffer (same shape as wire_)
+  std::vector<Bucket> buckets_;
+  std::vector<std::unique_ptr<Request>> requests_;
+};
+
+// 64-bit checksum of the tensors' bits: per tensor the int64 sum of its raw bit patterns and its
+// numel, chained with FNV-1a. Any single changed value changes it. Collective-free.
+uint64_t checksum(const std::vector<torch::Tensor>& tensors);
+// Allgathers checksum; throws ht::Error(kRuntime) on every rank, naming the ranks that differ from rank 0.
+void verify_replicas_equal(Communicator& comm, uint64_t local_checksum, const std::string& what);
+// Copies root's tensors into every rank's tensors (any device; CUDA goes through host memory).
+void broadcast_tensors(Communicator& comm, const std::vector<torch::Tensor>& tensors, int root);
+
+}  // namespace ht::comm

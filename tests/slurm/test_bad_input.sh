@@ -1,0 +1,83 @@
+#!/bin/bash
+# Bad input to the job scripts: each case must end with a clear message and a non-zero exit,
+# never a job that runs forever.   test_bad_input.sh no_allocation|world_size|pmi|missing_ckpt|data_one_node
+source "$(dirname "$0")/lib.sh"
+case_name="${1:?case}"
+new_workdir "bad_$case_name"
+
+# Runs a train job that must fail; checks its state, exit code and that the message is in the output.
+expect_failed_job() {
+  local jid="$1" out="$2" msg="$3" st code
+  st=$(wait_job "$jid"); show_output "$out"
+  code=$(job_field "$jid" ExitCode)
+  [ "$st" = FAILED ] || fail "job $jid ended $st, expected FAILED"
+  [ "${code%%:*}" != 0 ] || fail "job $jid exit code $code, expected non-zero"
+  grep -qE "$msg" "$out" || fail "job output lacks the message /$msg/"
+  say "job $jid FAILED with exit code $code and the message: $(grep -E "$msg" "$out" | head -n 1)"
+}
+
+case "$case_name" in
+no_allocation)
+  # The job script run by hand on a login node, outside any allocation.
+  out=$(env -u SLURM_JOB_ID timeout 60 bash "$JOBS/train.sbatch" 2>&1); rc=$?
+  echo "$out"
+  [ $rc -ne 0 ] || fail "train.sbatch outside an allocation exited 0"
+  grep -q "not inside a Slurm allocation" <<<"$out" || fail "no clear message"
+  # And srun when the controller cannot be reached: fails fast, no hang.
+  out=$(SLURM_CONF="$WORK/none.conf" timeout 60 srun -n 1 true 2>&1); rc=$?
+  echo "$out"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "srun without a reachable cluster: exit $rc"
+  say "PASS: clear message and non-zero exit without an allocation"
+  ;;
+world_size)
+  # Every task starts its own 1-rank world (fake_singletons.sh): the pre-flight must refuse.
+  jid=$(submit --time=5 --nodes=2 --ntasks-per-node=2 --job-name=ws \
+        --export="ALL,HPCTRAIN=$HPCTRAIN_SOURCE_DIR/tests/slurm/fake_singletons.sh,CONFIG=tiny.toml" "$JOBS/train.sbatch")
+  expect_failed_job "$jid" "hpctrain-ws-$jid.out" "world-size mismatch: 4 tasks formed 4 separate MPI worlds"
+  grep -q "rank 0 of a 1-rank world" "hpctrain-ws-$jid.out" && fail "training started despite the mismatch"
+  say "PASS"
+  ;;
+pmi)
+  # A PMI plugin this OpenMPI cannot use (pmi2): MPI_Init fails in the pre-flight, loudly.
+  jid=$(submit --time=5 --nodes=1 --ntasks-per-node=2 --job-name=pmi \
+        --export="ALL,HPCTRAIN=$HPCTRAIN,CONFIG=tiny.toml,MPI_PLUGIN=pmi2" "$JOBS/train.sbatch")
+  expect_failed_job "$jid" "hpctrain-pmi-$jid.out" "pre-flight failed .*MPI could not start under 'srun --mpi=pmi2"
+  say "PASS"
+  ;;
+missing_ckpt)
+  # Signalled and requeued, but the checkpoint directory is gone before the restart.
+  jid=$(submit --time=5 --nodes=1 --ntasks-per-node=2 --job-name=mc \
+        --export="ALL,HPCTRAIN=$HPCTRAIN,CONFIG=tiny.toml,RUN_DIR=mc,SETS=train.max_steps=150" "$JOBS/train.sbatch")
+  out="hpctrain-mc-$jid.out"
+  wait_for_line "$out" 'step +([3-9]|[1-9][0-9]+)/' "$jid" || { show_output "$out"; fail "never reached step 3"; }
+  timeout 10 scancel --batch --signal=USR1 "$jid"
+  deadline=$((SECONDS + JOB_TIMEOUT_S))
+  until [ "$(job_field "$jid" Restarts)" = 1 ] && [ "$(job_field "$jid" JobState)" = PENDING ]; do
+    [ $SECONDS -lt $deadline ] || { show_output "$out"; fail "job $jid not requeued"; }
+    case "$(job_field "$jid" JobState)" in COMPLETED|FAILED|CANCELLED) show_output "$out"; fail "job ended before requeue";; esac
+    sleep 0.3
+  done
+  say "job requeued; removing its checkpoint directory mc/checkpoints before it restarts"
+  rm -rf mc/checkpoints
+  timeout 10 scontrol update JobId="$jid" StartTime=now
+  expect_failed_job "$jid" "$out" "restart 1 of job $jid: checkpoint directory 'mc/checkpoints' is missing"
+  grep -q "launching:.*--resume" <(sed -n '/restart 1:/,$p' "$out") && fail "restart launched training anyway"
+  say "PASS"
+  ;;
+data_one_node)
+  [ "$("$HPCTRAIN_SOURCE_DIR/tests/slurm/slurm_cluster.sh" ns)" = private ] || { say "SKIP: no node-local storage without namespaces"; exit 77; }
+  # The data file is staged on the first node's local scratch only; the second node cannot see it.
+  first=$(timeout 10 sinfo -h -N -o %N | head -n 1); second=$(timeout 10 sinfo -h -N -o %N | sed -n 2p)
+  cp "$DATA" "$HT_SLURM_DIR/nodes/$first/local/data.h5"
+  local_data="$HT_SLURM_DIR/local/data.h5"
+  jid=$(submit --time=5 --nodes=2 --ntasks-per-node=1 --job-name=dn \
+        --export="ALL,HPCTRAIN=$HPCTRAIN,CONFIG=tiny.toml,DATA=$local_data" "$JOBS/train.sbatch")
+  expect_failed_job "$jid" "hpctrain-dn-$jid.out" "data file $local_data is not readable on node $second"
+  # Without the pre-flight, hpctrain itself must stop with a message and non-zero exit, not hang.
+  jid=$(submit --time=5 --nodes=2 --ntasks-per-node=1 --job-name=dn0 \
+        --export="ALL,HPCTRAIN=$HPCTRAIN,CONFIG=tiny.toml,DATA=$local_data,PREFLIGHT=0" "$JOBS/train.sbatch")
+  expect_failed_job "$jid" "hpctrain-dn0-$jid.out" "data\.h5"
+  say "PASS"
+  ;;
+*) fail "unknown case $case_name" ;;
+esac

@@ -150,3 +150,12 @@ def write_params(path, model, attrs=None):
             f.attrs[k] = v
         for name, p in model.state_dict().items():
             f.create_dataset(f"model/{name}", data=p.detach().cpu().float().numpy())
+
+
+def read_checkpoint_params_any(path):
+    """/model/<name> of an hpctrain checkpoint or of a file written by write_params."""
+    with h5py.File(path, "r") as f:
+        out = {}
+        f["model"].visititems(lambda name, obj: out.__setitem__(name, torch.from_numpy(obj[()].astype(np.float32)))
+                              if isinstance(obj, h5py.Dataset) else None)
+        return out

@@ -172,8 +172,8 @@ class Run:
                 line = {"step": step + 1, "loss": loss, "lr": lr, "grad_norm": grad_norm,
                         "tokens_per_s": tokens * self.world / seconds, "tokens_seen": tokens_seen,
                         "step_seconds": seconds, "peak_rss_bytes": peak_rss_bytes(),
-                        **self.stats.snapshot()}
-                line["bytes_per_step"] = self.bytes_sent() / (step + 1)
+                        **self.stats.snapshot(), "bytes_sent": self.bytes_sent()}
+                line["bytes_per_step"] = line["bytes_sent"] / (step + 1)
                 if metrics:
                     metrics.write(json.dumps(line) + "\n")
                     metrics.flush()
@@ -230,12 +230,12 @@ class Run:
         lines = self.train()
         wall = time.perf_counter() - t0
         val_loss = self.evaluate()
-        summary = {"variant": self.args.variant, "recompute": self.args.recompute, "rank": self.rank,
+        summary = {**self.stats.snapshot(), "variant": self.args.variant, "recompute": self.args.recompute, "rank": self.rank,
                    "world": self.world, "threads": torch.get_num_threads(), "steps": len(lines),
                    "tokens_seen": lines[-1]["tokens_seen"] if lines else 0, "train_seconds": wall,
                    "peak_rss_bytes": peak_rss_bytes(), "bytes_sent": self.bytes_sent(),
                    "bytes_per_step": self.bytes_sent() / max(1, len(lines)), "val_loss": val_loss,
-                   "torch_version": torch.__version__, **self.stats.snapshot()}
+                   "torch_version": torch.__version__}
         with open(os.path.join(self.args.out, f"summary-rank{self.rank}.json"), "w") as f:
             json.dump(summary, f)
         if self.args.save_params and self.rank == 0:

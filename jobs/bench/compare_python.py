@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""A/B benchmark: `hpctrain train` against the Python stack (issue 9, part 2), in one sitting.
+
+Same model, data file, sample order, initial weights (ours writes them), optimizer, schedule,
+steps, 2 ranks with the same threads per rank. Runs alternate ours / theirs (A B A B ...) for
+--pairs rounds, for two comparisons, each without and with activation recompute:
+  dp     ours: per-step gradient all-reduce            vs torch DDP over gloo
+  local  ours: local SGD, one fused average every N    vs torch PeriodicModelAverager (post-local SGD)
+                                                       and Accelerate LocalSGD, same N
+Per run: tokens/s = global tokens of steps (warmup, S] / their summed step seconds (rank 0's clock,
+averaging included); peak RSS per rank (ru_maxrss: /usr/bin/time for ours, getrusage for theirs);
+our allocator peak per step (metrics peak_step_bytes); bytes one rank hands to the collectives per
+step; validation loss at the end (same shards, same batches). A failed run or a NaN loss makes the
+configuration report no ratio. The Python side needs the venv of scripts/setup-python.sh.
+
+  jobs/bench/compare_python.py --hpctrain build/bin/hpctrain --out runs/compare-python
+"""
+import argparse
+import datetime
+import glob
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PYDIR = os.path.join(ROOT, "tests", "python")
+MODEL = """
+[model]
+n_layer = {n_layer}
+n_head = 4
+d_model = {d_model}
+seq_len = {seq_len}
+dropout = 0.0
+[data]
+path = "{data}"
+shuffle = true
+seed = 1234
+[train]
+micro_batch_size = {micro_batch}
+grad_accum_steps = 1
+max_steps = {steps}
+lr = 2e-3
+min_lr = 2e-4
+warmup_steps = 5
+lr_schedule = "cosine"
+weight_decay = 0.1
+grad_clip = 1.0
+threads = {threads}
+seed = 42
+device = "cpu"
+[eval]
+strategy = "steps"
+every_steps = {steps}
+batch_size = 16
+max_batches = {eval_batches}
+[checkpoint]
+save_final = false
+[log]
+every_steps = 1
+"""
+
+
+class RunFailed(Exception):
+    pass
+
+
+def venv_python(explicit):
+    cache = os.environ.get("HPCTRAIN_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "hpctrain")
+    py = explicit or os.path.join(cache, "venv-torch-2.11.0", "bin", "python")
+    ok = os.access(py, os.X_OK) and (explicit or os.path.exists(os.path.join(cache, "venv-torch-2.11.0", ".complete")))
+    if not ok:
+        sys.exit(f"compare_python: the Python environment is missing ({py}); run ./scripts/setup-python.sh first "
+                 f"(or pass --python)")
+    return py
+
+
+def sh(cmd, log, env, timeout):
+    with open(log, "w") as f:
+        try:
+            p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RunFailed(f"timed out after {timeout}s (log {log})")
+    if p.returncode != 0:
+        tail = open(log, errors="replace").read()[-600:].strip().splitlines()[-3:]
+        raise RunFailed(f"exit {p.returncode}: {' | '.join(tail)} (log {log})")
+
+
+def base_env():
+    env = dict(os.environ)
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    env["PYTHONPATH"] = PYDIR + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def run_ours(a, name, cfg, overrides, timeout=900):
+    out = os.path.join(a.out, "runs", name)
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = ["mpirun", "-np", str(a.ranks), "--oversubscribe", "--bind-to", "none",
+           "/usr/bin/time", "-f", "HT_MAXRSS_KB %M", a.hpctrain, "train", "--config", cfg,
+           "--set", f"train.output_dir={out}", *sum((["--set", o] for o in overrides), [])]
+    sh(cmd, out + ".log", base_env(), timeout)
+    rss = [int(x) * 1024 for x in re.findall(r"HT_MAXRSS_KB (\d+)", open(out + ".log").read())]
+    rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
+    steps = [r for r in rows if "loss" in r and "step" in r]
+    evals = [r["eval_loss"] for r in rows if "eval_loss" in r]
+    return collect(steps, evals[-1] if evals else None, sorted(rss, reverse=True)[: a.ranks],
+                   max((r.get("peak_step_bytes", 0) for r in steps), default=None), a)
+
+
+def run_theirs(a, name, cfg, variant, overrides, recompute, timeout=900):
+    out = os.path.join(a.out, "runs", name)
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [a.python, "-m", "torch.distributed.run", "--nproc_per_node", str(a.ranks), "--master_addr", "127.0.0.1",
+           "--master_port", str(a.port), "-m", "hpctrain_ref.train_ref", "--config", cfg, "--variant", variant,
+           "--out", out, "--init", a.init, *sum((["--set", o] for o in overrides), [])]
+    if recompute:
+        cmd.append("--recompute")
+    os.makedirs(out, exist_ok=True)
+    sh(cmd, out + ".log", base_env(), timeout)
+    steps = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
+    summaries = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(out, "summary-rank*.json")))]
+    return collect(steps, summaries[0]["val_loss"] if summaries else None,
+                   [s["peak_rss_bytes"] for s in summaries], None, a)
+
+
+def collect(steps, val_loss, rss, alloc_peak, a):
+    if len(steps) != a.steps:
+        raise RunFailed(f"{len(steps)} of {a.steps} steps logged")
+    if not all(math.isfinite(s["loss"]) for s in steps) or val_loss is None or not math.isfinite(val_loss):
+        raise RunFailed("non-finite loss")
+    steady = steps[a.warmup:]
+    seconds = sum(s["step_seconds"] for s in steady)
+    tokens = steady[-1]["tokens_seen"] - steps[a.warmup - 1]["tokens_seen"] if a.warmup > 0 else steady[-1]["tokens_seen"]
+    return {"tokens_per_s": tokens / seconds, "val_loss": val_loss, "peak_rss_bytes": rss,
+            "alloc_peak_bytes": alloc_peak, "bytes_per_step": steps[-1].get("bytes_per_step", 0.0),
+            "final_loss": steps[-1]["loss"]}
+
+
+def plan(a):
+    """(config label, side label, runner) in A B A B order for one pair."""
+    lsgd = ["local_sgd.enabled=true", f"local_sgd.steps={a.local_steps}", "local_sgd.warmup_steps=0",
+            "local_sgd.optimizer_state=local"]
+    out = []
+    for rc in a.recompute:
+        ours_rc = [f"recompute.policy={'full' if rc else 'none'}"]
+        tag = "recompute" if rc else "no recompute"
+        out += [(f"dp, {tag}", "ours", lambda n, rc=ours_rc: run_ours(a, n, a.cfg, rc + ["local_sgd.enabled=false"])),
+                (f"dp, {tag}", "torch DDP", lambda n, rc=rc: run_theirs(a, n, a.cfg, "ddp", [], rc))]
+        out += [(f"local SGD N={a.local_steps}, {tag}", "ours", lambda n, rc=ours_rc: run_ours(a, n, a.cfg, rc + lsgd)),
+                (f"local SGD N={a.local_steps}, {tag}", "torch PeriodicModelAverager",
+                 lambda n, rc=rc: run_theirs(a, n, a.cfg, "pma", [f"local_sgd.steps={a.local_steps}"], rc)),
+                (f"local SGD N={a.local_steps}, {tag}", "Accelerate LocalSGD",
+                 lambda n, rc=rc: run_theirs(a, n, a.cfg, "accel", [f"local_sgd.steps={a.local_steps}"], rc))]
+    return out
+
+
+def mib(x):
+    return f"{x / 2**20:.0f}" if x else "-"
+
+
+def report(a, results, started):
+    lines = [f"Measured {started} on {os.uname().nodename} ({os.cpu_count()} cores), {a.ranks} ranks x {a.threads} "
+             f"thread, {a.pairs} alternating pairs, {a.steps} steps ({a.warmup} warm-up steps not timed), model "
+             f"{a.n_layer} x {a.d_model}, seq_len {a.seq_len}, micro-batch {a.micro_batch}/rank.", "",
+             "| configuration | side | tokens/s median [min-max] | ours/theirs | peak RSS MiB per rank | "
+             "allocator peak MiB | bytes/step per rank | val loss | val loss vs ours |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for conf in dict.fromkeys(c for c, _ in results):
+        sides = {s: r for (c, s), r in results.items() if c == conf}
+        ours = sides.get("ours", {})
+        ours_ok = ours and not ours["errors"]
+        ours_med = statistics.median(x["tokens_per_s"] for x in ours["runs"]) if ours_ok else None
+        ours_val = statistics.median(x["val_loss"] for x in ours["runs"]) if ours_ok else None
+        for side, r in sides.items():
+            if r["errors"]:
+                lines.append(f"| {conf} | {side} | FAILED: {r['errors'][0]} | no ratio | | | | | |")
+                continue
+            tps = [x["tokens_per_s"] for x in r["runs"]]
+            med = statistics.median(tps)
+            ratio = "-" if side == "ours" else (f"{ours_med / med:.2f}x" if ours_med else "no ratio (ours failed)")
+            rss = "/".join(mib(v) for v in r["runs"][-1]["peak_rss_bytes"])
+            val = statistics.median(x["val_loss"] for x in r["runs"])
+            dval = "-" if side == "ours" or ours_val is None else f"{100 * (val - ours_val) / ours_val:+.2f}%"
+            alloc = mib(r["runs"][-1]["alloc_peak_bytes"]) if r["runs"][-1]["alloc_peak_bytes"] else "-"
+            lines.append(f"| {conf} | {side} | {med:.0f} [{min(tps):.0f}-{max(tps):.0f}] | {ratio} | {rss} | {alloc} | "
+                         f"{r['runs'][-1]['bytes_per_step']:.0f} | {val:.4f} | {dval} |")
+    return "\n".join(lines)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--hpctrain", default=os.path.join(ROOT, "build", "bin", "hpctrain"))
+    p.add_argument("--python", help="interpreter with torch 2.11 + accelerate (default: the setup-python.sh venv)")
+    p.add_argument("--data", help="causal-lm dataset (default: prepared from Debian's fortunes into --out)")
+    p.add_argument("--out", default="runs/compare-python")
+    p.add_argument("--pairs", type=int, default=3)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--warmup", type=int, default=3, help="first steps excluded from tokens/s")
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--local-steps", type=int, default=8)
+    p.add_argument("--n-layer", type=int, default=4)
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--micro-batch", type=int, default=8)
+    p.add_argument("--eval-batches", type=int, default=8)
+    p.add_argument("--recompute", default="off,on", help="off,on | off | on")
+    p.add_argument("--port", type=int, default=29650)
+    a = p.parse_args()
+    a.python = venv_python(a.python)
+    a.recompute = [x == "on" for x in a.recompute.split(",")]
+    if not os.access(a.hpctrain, os.X_OK):
+        sys.exit(f"compare_python: {a.hpctrain} is not built (ninja -C build hpctrain)")
+    a.out = os.path.abspath(a.out)
+    os.makedirs(os.path.join(a.out, "runs"), exist_ok=True)
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    data = a.data or os.path.join(a.out, "fortunes.h5")
+    if not os.path.exists(data):
+        sh([a.hpctrain, "prepare", "--input", "/usr/share/games/fortunes", "--output", data],
+           os.path.join(a.out, "prepare.log"), base_env(), 600)
+    a.cfg = os.path.join(a.out, "bench.toml")
+    open(a.cfg, "w").write(MODEL.format(data=data, steps=a.steps, threads=a.threads, n_layer=a.n_layer,
+                                        d_model=a.d_model, seq_len=a.seq_len, micro_batch=a.micro_batch,
+                                        eval_batches=a.eval_batches))
+    # Identical initial weights: our seed's init, unchanged by one step at lr 1e-30.
+    init_weights(a)
+    results = {}
+    for i in range(a.pairs):
+        for conf, side, runner in plan(a):
+            r = results.setdefault((conf, side), {"runs": [], "errors": []})
+            name = re.sub(r"[^a-z0-9]+", "-", f"{conf}-{side}-{i}".lower())
+            try:
+                r["runs"].append(runner(name))
+                print(f"[pair {i + 1}/{a.pairs}] {conf} | {side}: {r['runs'][-1]['tokens_per_s']:.0f} tokens/s",
+                      flush=True)
+            except RunFailed as e:
+                r["errors"].append(f"run {name}: {e}")
+                print(f"[pair {i + 1}/{a.pairs}] {conf} | {side}: FAILED {e}", flush=True)
+    text = report(a, results, started)
+    cmd = "jobs/bench/compare_python.py " + " ".join(sys.argv[1:])
+    text = f"Command: `{cmd}`\n\n{text}\n"
+    open(os.path.join(a.out, "report.md"), "w").write(text)
+    json.dump({f"{c} | {s}": v for (c, s), v in results.items()}, open(os.path.join(a.out, "results.json"), "w"),
+              indent=1)
+    print(text)
+    return 1 if any(v["errors"] for v in results.values()) else 0
+
+
+def init_weights(a):
+    """Writes our seed's initial weights into a checkpoint (1 step at lr 1e-30) and points --init at it."""
+    out = os.path.join(a.out, "runs", "init")
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = ["mpirun", "-np", str(a.ranks), "--oversubscribe", "--bind-to", "none", a.hpctrain, "train",
+           "--config", a.cfg, "--set", f"train.output_dir={out}"]
+    for o in ["train.max_steps=1", "train.lr=1e-30", "train.min_lr=0", "train.warmup_steps=0",
+              "train.lr_schedule=constant", "checkpoint.save_final=true", "eval.strategy=no"]:
+        cmd += ["--set", o]
+    sh(cmd, out + ".log", base_env(), 600)
+    files = glob.glob(os.path.join(out, "checkpoints", "*.h5"))
+    if not files:
+        sys.exit(f"compare_python: the init run wrote no checkpoint under {out}/checkpoints")
+    a.init = sorted(files)[-1]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -35,4 +35,16 @@ DatasetMeta read_meta(const std::string& path);
 // Human-readable layout + counts + checksum verification (for `hpctrain inspect`).
 std::string describe(const std::string& path);
 
+// --- additions by the data module ---
+
+// Fails (kData) when the file's vocabulary does not fit a model with model_vocab_size
+// embeddings (model_vocab_size < meta.vocab_size). 0 = no model constraint.
+void check_vocab(const DatasetMeta& meta, int64_t model_vocab_size);
+
+// Full name of a split's dataset: split_dataset("train", "tokens") == "/train/tokens".
+std::string split_dataset(const std::string& split, const std::string& name);
+
+// Samples in a split for a given context length (causal-lm: (tokens - 1) / seq_len; classification: rows).
+int64_t num_samples(const DatasetMeta& meta, const std::string& split, int64_t seq_len);
+
 }  // namespace ht::data

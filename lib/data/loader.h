@@ -25,6 +25,7 @@ struct Batch {
   torch::Tensor target;  // causal-lm: [B, T] int64 next tokens; classification: [B] int64 labels
   torch::Tensor mask;    // classification: [B, T] (1 = real token); causal-lm: undefined
   int64_t num_tokens = 0;  // tokens in input (for tokens/s)
+  torch::Tensor sample_ids;  // [B] int64 global sample indices (data-module addition: tests, debugging)
 };
 
 // Position in the sample stream: enough to continue the exact sequence after a restart.
@@ -42,7 +43,10 @@ struct LoaderOptions {
   int64_t grad_accum = 1;
   bool shuffle = true;
   int64_t seed = 0;
-  int64_t prefetch = 4;         // batches read ahead on a background thread
+  int64_t prefetch = 4;         // batches read ahead on a background thread (0 = read in next())
+  // Data-module additions:
+  int64_t model_vocab_size = 0;       // > 0: fail at open when the file's vocab_size exceeds it
+  size_t cache_bytes = 256u << 20;    // verified-chunk cache of this rank's reader
 };
 
 class Loader {

@@ -1,0 +1,66 @@
+// Direct reader of one chunked (or contiguous) integer dataset of an HDF5 file. The layout
+// (chunk addresses, sizes, filters) is read once through HDF5 on the constructing thread; rows
+// are then read with pread() and each chunk's Fletcher32 checksum is verified here, so the
+// loader's prefetch thread never calls into HDF5 (the Debian HDF5 build is not thread-safe and
+// the trainer uses HDF5 on the main thread for checkpoints). Verified chunks are kept in a
+// small LRU cache. Supported: chunks spanning whole rows, no filter other than Fletcher32,
+// little-endian integers of 1, 2, 4 or 8 bytes.
+#pragma once
+#include <hdf5.h>
+
+#include <cstdint>
+#include <list>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace ht::data {
+
+// HDF5's Fletcher32 (H5_checksum_fletcher32), as its filter computes it over a chunk.
+uint32_t fletcher32(const uint8_t* data, size_t len);
+
+class ChunkReader {
+ public:
+  // file: an open HDF5 file id of `path`; dataset: absolute name ("/train/tokens").
+  ChunkReader(hid_t file, const std::string& path, const std::string& dataset, size_t cache_bytes = 64u << 20);
+  ~ChunkReader();
+  ChunkReader(const ChunkReader&) = delete;
+  ChunkReader& operator=(const ChunkReader&) = delete;
+
+  int64_t rows() const { return rows_; }
+  int64_t row_elems() const { return row_elems_; }
+  int64_t num_chunks() const { return static_cast<int64_t>(chunks_.size()); }
+  int64_t chunk_rows() const { return chunk_rows_; }
+  const std::string& name() const { return dataset_; }
+
+  // Rows [start, start + count), the first `cols` elements of each (cols <= row_elems),
+  // converted to int64 into out (count * cols values). Throws kData on a checksum mismatch
+  // or a short read, naming the file, the dataset and the rows of the failing chunk.
+  void read_rows(int64_t start, int64_t count, int64_t cols, int64_t* out);
+  // Reads and verifies every chunk (for `inspect`); returns the largest value seen.
+  int64_t verify_all();
+
+ private:
+  struct Chunk {
+    haddr_t address = HADDR_UNDEF;
+    hsize_t stored_bytes = 0;
+    bool checksummed = false;
+  };
+  void read_layout(hid_t file, hid_t ds);
+  const std::vector<uint8_t>& load_chunk(int64_t index);
+  int64_t value_at(const uint8_t* p) const;
+
+  std::string path_, dataset_;
+  int fd_ = -1;
+  int64_t rows_ = 0, row_elems_ = 1, chunk_rows_ = 0;
+  size_t elem_bytes_ = 0;
+  bool is_signed_ = false;
+  std::vector<Chunk> chunks_;
+  std::vector<uint8_t> contiguous_;  // compact datasets are held whole
+  // LRU cache of verified chunk payloads.
+  size_t cache_bytes_, cached_bytes_ = 0;
+  std::list<int64_t> lru_;
+  std::unordered_map<int64_t, std::pair<std::vector<uint8_t>, std::list<int64_t>::iterator>> cache_;
+};
+
+}  // namespace ht::data

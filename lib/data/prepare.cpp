@@ -1,0 +1,224 @@
+#include "data/prepare.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "data/text_source.h"
+#include "data/tokenizer.h"
+#include "io/h5.h"
+
+namespace ht::data {
+namespace {
+
+constexpr hsize_t kTokenChunk = 32768;  // 64 KiB of uint16: a checksum failure names a small range
+
+struct Corpus {
+  std::vector<std::string> docs;
+  std::vector<int32_t> labels;  // classification
+  std::vector<std::string> label_names;
+  uint64_t bytes = 0;
+};
+
+Corpus read_corpus(const PrepareOptions& o) {
+  Corpus c;
+  for (const auto& spec : o.inputs) {
+    const LabelInput in = o.labels_from_dirs ? parse_label_input(spec) : LabelInput{"", spec};
+    auto docs = read_documents(in.path, &c.bytes);
+    if (o.labels_from_dirs) {
+      for (const auto& l : c.label_names)
+        HT_REQUIRE(l != in.label, ExitCode::kUsage, "label '{}' given twice (use NAME=PATH to rename)", l);
+      c.labels.insert(c.labels.end(), docs.size(), static_cast<int32_t>(c.label_names.size()));
+      c.label_names.push_back(in.label);
+      HT_INFO("prepare: label {} '{}': {} documents from {}", c.label_names.size() - 1, in.label, docs.size(), in.path);
+    }
+    c.docs.insert(c.docs.end(), std::make_move_iterator(docs.begin()), std::make_move_iterator(docs.end()));
+  }
+  HT_INFO("prepare: {} documents, {:.1f} MiB of text from {} input(s)", c.docs.size(), c.bytes / 1048576.0,
+          o.inputs.size());
+  return c;
+}
+
+template <typename T>
+void write_ids(hid_t loc, const std::string& name, const std::vector<uint32_t>& ids, std::vector<hsize_t> dims,
+               hsize_t chunk_rows) {
+  std::vector<T> narrow(ids.begin(), ids.end());
+  io::write(loc, name, narrow, std::move(dims), chunk_rows);
+}
+
+void write_token_ids(hid_t loc, const std::string& name, const std::vector<uint32_t>& ids, int64_t vocab,
+                     std::vector<hsize_t> dims, hsize_t chunk_rows) {
+  if (vocab > 65535) io::write(loc, name, ids, std::move(dims), chunk_rows);
+  else write_ids<uint16_t>(loc, name, ids, std::move(dims), chunk_rows);
+}
+
+// Progress lines every 10% on inputs above 4 MiB.
+struct Progress {
+  size_t total;
+  bool on;
+  size_t next_mark = 1;
+  void update(size_t done) {
+    if (!on || total == 0) return;
+    while (done * 10 >= next_mark * total && next_mark <= 10) {
+      HT_INFO("prepare: encoded {}% ({} / {} documents)", next_mark * 10, done, total);
+      ++next_mark;
+    }
+  }
+};
+
+void write_lm(hid_t f, const Corpus& c, const Tokenizer& tok, const std::vector<bool>& val, PrepareSummary& s,
+              bool progress) {
+  std::vector<uint32_t> tokens[2];
+  std::vector<uint64_t> offsets[2] = {{0}, {0}};
+  Progress bar{c.docs.size(), progress};
+  for (size_t d = 0; d < c.docs.size(); ++d) {
+    const int k = val[d] ? 1 : 0;
+    auto ids = tok.encode(c.docs[d]);
+    tokens[k].insert(tokens[k].end(), ids.begin(), ids.end());
+    tokens[k].push_back(static_cast<uint32_t>(kEosId));
+    offsets[k].push_back(tokens[k].size());
+    bar.update(d + 1);
+  }
+  const char* names[2] = {"train", "val"};
+  for (int k = 0; k < 2; ++k) {
+    write_token_ids(f, split_dataset(names[k], "tokens"), tokens[k], tok.vocab_size(), {}, kTokenChunk);
+    io::write(f, split_dataset(names[k], "doc_offsets"), offsets[k], {}, 8192);
+  }
+  s.train_tokens = static_cast<int64_t>(tokens[0].size());
+  s.val_tokens = static_cast<int64_t>(tokens[1].size());
+  io::set_attr(f, "num_tokens", s.train_tokens + s.val_tokens);
+}
+
+void write_classification(hid_t f, const Corpus& c, const Tokenizer& tok, const std::vector<bool>& val, int64_t seq_len,
+                          PrepareSummary& s, bool progress) {
+  std::vector<uint32_t> rows[2];
+  std::vector<int32_t> labels[2];
+  Progress bar{c.docs.size(), progress};
+  for (size_t d = 0; d < c.docs.size(); ++d) {
+    const int k = val[d] ? 1 : 0;
+    auto ids = tok.encode(c.docs[d]);
+    ids.resize(static_cast<size_t>(seq_len), static_cast<uint32_t>(kPadId));  // truncate or pad
+    rows[k].insert(rows[k].end(), ids.begin(), ids.end());
+    labels[k].push_back(c.labels[d]);
+    bar.update(d + 1);
+  }
+  const hsize_t chunk_rows = std::max<hsize_t>(1, 65536 / static_cast<hsize_t>(seq_len * 2));
+  const char* names[2] = {"train", "val"};
+  for (int k = 0; k < 2; ++k) {
+    const hsize_t n = labels[k].size();
+    write_token_ids(f, split_dataset(names[k], "input_ids"), rows[k], tok.vocab_size(),
+                    {n, static_cast<hsize_t>(seq_len)}, chunk_rows);
+    io::write(f, split_dataset(names[k], "labels"), labels[k], {}, 16384);
+  }
+  io::set_attr(f, "seq_len", seq_len);
+  io::set_attr(f, "label_names", c.label_names);
+  s.labels = c.label_names;
+  s.train_tokens = static_cast<int64_t>(rows[0].size());
+  s.val_tokens = static_cast<int64_t>(rows[1].size());
+}
+
+void write_root(hid_t f, const PrepareOptions& o, const Tokenizer& tok, const std::string& task) {
+  io::set_attr(f, "format", std::string(kFormatName));
+  io::set_attr(f, "format_version", kFormatVersion);
+  io::set_attr(f, "task", task);
+  io::set_attr(f, "vocab_size", tok.vocab_size());
+  io::set_attr(f, "tokenizer", tok.kind());
+  io::set_attr(f, "pad_id", kPadId);
+  io::set_attr(f, "eos_id", kEosId);
+  io::set_attr(f, "seed", o.seed);
+  io::set_attr(f, "val_fraction", o.val_fraction);
+  io::set_attr(f, "created_by", std::string("hpctrain prepare ") + HPCTRAIN_VERSION);
+  tok.save(f);
+}
+
+void sync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) { ::fsync(fd); ::close(fd); }
+}
+
+void validate(const PrepareOptions& o) {
+  HT_REQUIRE(!o.inputs.empty(), ExitCode::kUsage, "prepare: give at least one --input");
+  HT_REQUIRE(!o.output.empty(), ExitCode::kUsage, "prepare: --output is required");
+  HT_REQUIRE(o.tokenizer == "byte" || o.tokenizer == "bpe", ExitCode::kUsage,
+             "prepare: --tokenizer '{}' must be byte or bpe", o.tokenizer);
+  HT_REQUIRE(o.tokenizer == "bpe" || o.vocab_size == 0 || o.vocab_size == kByteVocab, ExitCode::kUsage,
+             "prepare: the byte tokenizer has vocab_size {}; --vocab-size {} needs --tokenizer bpe", kByteVocab,
+             o.vocab_size);
+  HT_REQUIRE(o.val_fraction >= 0 && o.val_fraction < 1, ExitCode::kUsage,
+             "prepare: --val-fraction {} must be in [0, 1)", o.val_fraction);
+  HT_REQUIRE(!o.labels_from_dirs || o.inputs.size() >= 2, ExitCode::kUsage,
+             "prepare: --labels-from-dirs needs one --input per label (at least 2)");
+  HT_REQUIRE(o.seq_len > 0, ExitCode::kUsage, "prepare: --seq-len {} must be positive", o.seq_len);
+}
+
+}  // namespace
+
+std::vector<bool> assign_validation(int64_t num_docs, double val_fraction, int64_t seed) {
+  std::vector<bool> val(static_cast<size_t>(num_docs), false);
+  int64_t count = 0, best = -1;
+  double best_u = 2;
+  for (int64_t d = 0; d < num_docs; ++d) {
+    const double u = static_cast<double>(mix_seed(static_cast<uint64_t>(seed), static_cast<uint64_t>(d)) >> 11) *
+                     0x1.0p-53;
+    if (u < val_fraction) { val[static_cast<size_t>(d)] = true; ++count; }
+    if (u < best_u) { best_u = u; best = d; }
+  }
+  if (count == 0 && val_fraction > 0 && num_docs >= 2) val[static_cast<size_t>(best)] = true;
+  if (count == num_docs && num_docs > 0) val[static_cast<size_t>(best)] = false;  // keep train non-empty
+  return val;
+}
+
+PrepareSummary prepare(const PrepareOptions& o) {
+  validate(o);
+  Stopwatch clock;
+  Corpus corpus = read_corpus(o);
+  PrepareSummary s;
+  s.input_bytes = corpus.bytes;
+  s.task = o.labels_from_dirs ? "classification" : "causal-lm";
+  const Tokenizer tok = o.tokenizer == "bpe" ? Tokenizer::train_bpe(corpus.docs, o.vocab_size ? o.vocab_size : 1024,
+                                                                    o.progress)
+                                             : Tokenizer::bytes();
+  s.vocab_size = tok.vocab_size();
+  const auto val = assign_validation(static_cast<int64_t>(corpus.docs.size()), o.val_fraction, o.seed);
+  for (bool v : val) ++(v ? s.val_docs : s.train_docs);
+  const bool progress = o.progress && corpus.bytes > (4u << 20);
+
+  const std::filesystem::path out(o.output);
+  if (out.has_parent_path()) {
+    std::error_code ec;
+    std::filesystem::create_directories(out.parent_path(), ec);
+    HT_REQUIRE(!ec, ExitCode::kData, "{}: cannot create directory {}: {}", o.output, out.parent_path().string(),
+               ec.message());
+  }
+  const std::string tmp = o.output + ".tmp-" + std::to_string(::getpid());
+  try {
+    io::File file = io::File::create(tmp);
+    write_root(file.id(), o, tok, s.task);
+    if (o.labels_from_dirs) write_classification(file.id(), corpus, tok, val, o.seq_len, s, progress);
+    else write_lm(file.id(), corpus, tok, val, s, progress);
+    file.close();
+    sync_path(tmp);
+    HT_REQUIRE(std::rename(tmp.c_str(), o.output.c_str()) == 0, ExitCode::kData, "{}: cannot rename {} to it: {}",
+               o.output, tmp, std::strerror(errno));
+    sync_path(out.has_parent_path() ? out.parent_path().string() : ".");
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  HT_INFO("prepare: wrote {} ({}, {} tokenizer, vocab {}): train {} docs / {} tokens, val {} docs / {} tokens in {:.1f}s",
+          o.output, s.task, tok.kind(), s.vocab_size, s.train_docs, s.train_tokens, s.val_docs, s.val_tokens,
+          clock.seconds());
+  return s;
+}
+
+}  // namespace ht::data

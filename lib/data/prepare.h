@@ -1,0 +1,38 @@
+// `hpctrain prepare`: text inputs -> one dataset file (format: docs/data-format.md).
+// Deterministic: the same inputs and options give the same file contents.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ht::data {
+
+struct PrepareOptions {
+  std::vector<std::string> inputs;  // files or directories; with labels_from_dirs one per label ("NAME=PATH" allowed)
+  std::string output;
+  std::string tokenizer = "byte";   // byte | bpe
+  int64_t vocab_size = 0;           // bpe: target vocabulary (>= 258); 0 = 1024. byte: must be 0 or 258
+  double val_fraction = 0.05;       // share of documents in /val (hash of seed and document index)
+  bool labels_from_dirs = false;    // classification: each input is one label
+  int64_t seq_len = 128;            // classification: row width (truncate / pad with pad_id)
+  int64_t seed = 1234;
+  bool progress = true;             // log progress lines on large inputs
+};
+
+struct PrepareSummary {
+  std::string task;
+  int64_t vocab_size = 0;
+  int64_t train_docs = 0, val_docs = 0;
+  int64_t train_tokens = 0, val_tokens = 0;  // causal-lm; classification: rows * seq_len
+  std::vector<std::string> labels;
+  uint64_t input_bytes = 0;
+};
+
+// Writes <output>.tmp-<pid> and renames it to <output> on success (removed on failure).
+PrepareSummary prepare(const PrepareOptions& opts);
+
+// Which documents go to validation: hash(seed, index) < val_fraction, and at least one document
+// when val_fraction > 0 and there are two or more documents (the train split keeps at least one).
+std::vector<bool> assign_validation(int64_t num_docs, double val_fraction, int64_t seed);
+
+}  // namespace ht::data

@@ -1,0 +1,35 @@
+// Reads samples of one split of a dataset file (see loader.h for what a sample is) and checks
+// the values actually read: token ids below vocab_size, labels inside label_names.
+// Built on the constructing thread (HDF5 calls); read() uses only pread (any one thread).
+#pragma once
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/chunk_reader.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+
+namespace ht::data {
+
+class SampleSource {
+ public:
+  SampleSource(const DatasetMeta& meta, const std::string& split, int64_t seq_len, size_t cache_bytes);
+  int64_t size() const { return samples_; }
+  int64_t seq_len() const { return seq_len_; }
+  // The samples ids, in this order (read in ascending order for locality).
+  Batch read(const std::vector<int64_t>& ids);
+
+ private:
+  void read_lm(const std::vector<int64_t>& ids, const std::vector<size_t>& order, Batch& b);
+  void read_cls(const std::vector<int64_t>& ids, const std::vector<size_t>& order, Batch& b);
+
+  DatasetMeta meta_;
+  std::string split_;
+  int64_t seq_len_ = 0, samples_ = 0;
+  std::unique_ptr<ChunkReader> tokens_, input_ids_, labels_;
+};
+
+}  // namespace ht::data

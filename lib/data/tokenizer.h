@@ -1,0 +1,59 @@
+// Tokenizers of dataset files: the built-in byte tokenizer (ids 0..255 = bytes, 256 = <pad>,
+// 257 = <eos>) and a deterministic byte-level BPE trained on the input text. Both are lossless:
+// decode(encode(text)) == text for any byte string. The BPE merges are stored in the dataset
+// file (/tokenizer/merges) so that evaluation and later runs decode exactly as prepare encoded.
+#pragma once
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace ht::data {
+
+inline constexpr int64_t kPadId = 256;
+inline constexpr int64_t kEosId = 257;
+inline constexpr int64_t kByteVocab = 258;  // 256 bytes + <pad> + <eos>
+
+class Tokenizer {
+ public:
+  using Merge = std::pair<uint32_t, uint32_t>;  // merge i creates token id kByteVocab + i
+
+  static Tokenizer bytes();
+  // Learns up to vocab_size - kByteVocab merges from docs (fewer when no pair occurs twice).
+  // Ties between equally frequent pairs go to the smaller (left, right) id pair: deterministic.
+  static Tokenizer train_bpe(const std::vector<std::string>& docs, int64_t vocab_size, bool progress = false);
+  static Tokenizer from_merges(std::vector<Merge> merges);
+  // Reads the tokenizer of a dataset file (attribute `tokenizer` + /tokenizer/merges).
+  static Tokenizer load(const std::string& dataset_path);
+  // Writes the /tokenizer group (merges for BPE) into an open file.
+  void save(hid_t file) const;
+
+  const std::string& kind() const { return kind_; }  // "byte" | "bpe"
+  int64_t vocab_size() const { return kByteVocab + static_cast<int64_t>(merges_.size()); }
+  const std::vector<Merge>& merges() const { return merges_; }
+
+  std::vector<uint32_t> encode(const std::string& text) const;
+  // Special tokens (<pad>, <eos>) decode to nothing; ids outside the vocabulary throw kData.
+  std::string decode(const std::vector<int64_t>& ids) const;
+  std::string decode(const std::vector<uint32_t>& ids) const;
+
+ private:
+  Tokenizer() = default;
+  void build_tables();
+  void encode_word(const std::string& word, std::vector<uint32_t>& out) const;
+
+  std::string kind_ = "byte";
+  std::vector<Merge> merges_;
+  std::unordered_map<uint64_t, uint32_t> rank_;  // (left << 32 | right) -> merge index
+  std::vector<std::string> pieces_;              // id -> bytes
+  mutable std::unordered_map<std::string, std::vector<uint32_t>> cache_;  // word -> ids
+};
+
+// Splits text into BPE "words" (a leading space plus a run of letters/digits/punctuation, or a
+// whitespace run); concatenating the words gives back the text. Merges never cross words.
+std::vector<std::string> split_words(const std::string& text);
+
+}  // namespace ht::data

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# usage: run.sh HPCTRAIN MAKE_BAD_FILES MPIEXEC [MPIEXEC_FLAGS...]
+set -u
+bin=$1; make_bad=$2; mpiexec=$3; shift 3
+flags=("$@")
+work=$(mktemp -d /tmp/ht_data_cli_XXXXXX)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+np2() { timeout 180 "$mpiexec" -np 2 "${flags[@]}" "$bin" "$@"; }
+
+# --- prepare: LM with the byte tokenizer on an English fortune file, under mpirun -np 2
+fort=/usr/share/games/fortunes
+np2 prepare --input $fort/fortunes --input $fort/pets --output "$work/lm.h5" > "$work/prep.log" 2>&1 \
+  || { cat "$work/prep.log"; fail "prepare (byte) exited non-zero"; }
+[ -f "$work/lm.h5" ] || fail "prepare wrote no file"
+ls "$work"/lm.h5.tmp-* >/dev/null 2>&1 && fail "temporary file left behind"
+h5dump -H "$work/lm.h5" > "$work/lm.hdr" || fail "h5dump -H failed"
+for want in 'GROUP "train"' 'GROUP "val"' 'DATASET "tokens"' 'DATASET "doc_offsets"' 'GROUP "tokenizer"' \
+            'ATTRIBUTE "format"' 'ATTRIBUTE "format_version"' 'ATTRIBUTE "vocab_size"' 'ATTRIBUTE "tokenizer"' \
+            'ATTRIBUTE "num_tokens"' 'ATTRIBUTE "pad_id"' 'ATTRIBUTE "eos_id"' 'H5T_STD_U16LE' 'H5T_STD_U64LE'; do
+  grep -q "$want" "$work/lm.hdr" || fail "h5dump -H of the LM file lacks $want"
+done
+h5dump -p -H "$work/lm.h5" | grep -q FLETCHER32 || fail "h5dump shows no Fletcher32 filter"
+np2 prepare --check "$work/lm.h5" --seq-len 64 --micro-batch 4 > "$work/check.log" 2>&1 \
+  || { cat "$work/check.log"; fail "--check of a freshly prepared file failed"; }
+
+# --- prepare: BPE and language-ID classification
+np2 prepare --input $fort/fortunes --output "$work/bpe.h5" --tokenizer bpe --vocab-size 400 > "$work/bpe.log" 2>&1 \
+  || { cat "$work/bpe.log"; fail "prepare (bpe) exited non-zero"; }
+h5dump -H "$work/bpe.h5" | grep -q 'DATASET "merges"' || fail "BPE file lacks /tokenizer/merges"
+np2 prepare --labels-from-dirs --input $fort/de --input $fort/it --input en=$fort --seq-len 64 \
+  --output "$work/lang.h5" > "$work/lang.log" 2>&1 || { cat "$work/lang.log"; fail "prepare (classification) failed"; }
+h5dump -H "$work/lang.h5" > "$work/lang.hdr"
+for want in 'DATASET "input_ids"' 'DATASET "labels"' 'ATTRIBUTE "label_names"' 'ATTRIBUTE "seq_len"'; do
+  grep -q "$want" "$work/lang.hdr" || fail "h5dump -H of the classification file lacks $want"
+done
+np2 prepare --check "$work/lang.h5" --micro-batch 4 > "$work/check2.log" 2>&1 \
+  || { cat "$work/check2.log"; fail "--check of the classification file failed"; }
+
+# --- prepare errors: missing input, no output left behind
+np2 prepare --input "$work/no-such-dir" --output "$work/x.h5" > "$work/err.log" 2>&1
+rc=$?
+{ [ $rc -ne 0 ] && grep -q "no-such-dir: input not found" "$work/err.log"; } || { cat "$work/err.log"; fail "missing input: rc=$rc"; }
+[ -e "$work/x.h5" ] && fail "failed prepare left $work/x.h5"
+
+# --- every bad file through the real binary, -np 2: message + non-zero exit, no hang (timeout)
+"$make_bad" "$work" || fail "make_bad_files failed"
+check_bad() {  # file, expected message fragment
+  local f=$1 msg=$2 rc
+  np2 prepare --check "$work/$f" --seq-len 8 --micro-batch 2 > "$work/$f.log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q -- "$msg" "$work/$f.log"; then
+    echo "--- $f (rc=$rc)"; cat "$work/$f.log"; fail "bad file $f: expected non-zero exit and '$msg'"
+  else
+    echo "ok: $f -> rc=$rc: $(grep -m1 -- "$msg" "$work/$f.log")"
+  fi
+}
+check_bad missing.h5 "missing.h5: file not found"
+check_bad nothdf5.h5 "nothdf5.h5: not an HDF5 file"
+check_bad truncated.h5 "truncated.h5"
+check_bad names.h5 "/train/tokens is missing"
+check_bad dtype.h5 "dtype.h5:/train/tokens: dtype float32"
+check_bad twod.h5 "twod.h5:/train/tokens: shape \[100, 10\] has 2 dimension(s), expected 1-D"
+check_bad zero.h5 "zero.h5:/train/tokens: zero tokens"
+check_bad few.h5 "fewer samples than the 2 ranks"
+check_bad vocab.h5 "token id 4000 >= vocab_size 258"
+check_bad labels.h5 "outside label_names"
+check_bad corrupt.h5 "checksum mismatch in $work/corrupt.h5:/train/tokens rows 640..703"
+
+echo "$failures failure(s)"
+[ $failures -eq 0 ]

@@ -168,10 +168,14 @@ void ParamAverager::copy_to_wire() {
   sync_if_cuda(flat_);
 }
 
-void ParamAverager::copy_from_wire() {
+// fp32 exchange leaves the sum (scale pending); the 16-bit exchange already scaled in fp32 before rounding.
+double ParamAverager::pending_scale() const {
+  return opts_.dtype == ExchangeDType::kF32 && comm_.size() > 1 ? 1.0 / comm_.size() : 1.0;
+}
+
+void ParamAverager::copy_from_wire(bool scale) {
   if (!wire_.is_same(flat_)) flat_.copy_(wire_);
-  // fp32 exchange leaves the sum; the 16-bit exchange already scaled in fp32 before rounding.
-  if (opts_.dtype == ExchangeDType::kF32 && comm_.size() > 1) flat_.mul_(1.0 / comm_.size());
+  if (scale && pending_scale() != 1.0) flat_.mul_(pending_scale());
 }
 
 // Reduce-scatter half of a 16-bit bucket is in recv_: row j came from rank j. Sum the rows in
@@ -212,7 +216,7 @@ void ParamAverager::launch(bool blocking) {
 void ParamAverager::allreduce_mean() {
   HT_REQUIRE(!pending(), ExitCode::kRuntime, "ParamAverager({}): exchange already pending", opts_.name);
   launch(true);
-  copy_from_wire();
+  copy_from_wire(true);
 }
 
 void ParamAverager::start_mean() {
@@ -235,13 +239,27 @@ void ParamAverager::wait_mean() {
   requests_.clear();
   if (opts_.dtype != ExchangeDType::kF32)
     for (const auto& b : buckets_) finish_16bit_bucket(b);
-  copy_from_wire();
+  copy_from_wire(true);
 }
 
+// The 1/W scale is fused into the copy back (one pass over the buffer instead of two).
 void ParamAverager::average(const std::vector<torch::Tensor>& tensors) {
   pack(tensors);
-  allreduce_mean();
-  unpack(tensors);
+  launch(true);
+  copy_from_wire(false);
+  const double scale = pending_scale();
+  if (scale == 1.0) return unpack(tensors);
+  torch::NoGradGuard no_grad;
+  const auto factor = torch::scalar_tensor(scale, torch::TensorOptions().dtype(torch::kFloat));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    auto& t = tensors[i];
+    if (t.scalar_type() == torch::kFloat && t.is_contiguous()) {
+      auto out = t.view({-1});
+      torch::mul_out(out, slice(flat_, i), factor);
+    } else {
+      t.copy_(slice(flat_, i).view(t.sizes()) * scale);
+    }
+  }
 }
 
 uint64_t checksum(const std::vector<torch::Tensor>& tensors) {

@@ -70,7 +70,8 @@ class ParamAverager {
  private:
   struct Bucket { int64_t begin, count; };
   void copy_to_wire();
-  void copy_from_wire();
+  void copy_from_wire(bool scale);
+  double pending_scale() const;
   void launch(bool blocking);
   void finish_16bit_bucket(const Bucket& b);
   void* wire_ptr(int64_t elem_offset) const;

@@ -341,8 +341,9 @@ std::map<std::string, torch::Tensor> LocalSgd::state_tensors() const {
   HT_REQUIRE(!s.pending, ExitCode::kRuntime, "local_sgd: call finish() before saving (an average is pending)");
   std::map<std::string, torch::Tensor> out;
   if (s.diloco && s.global.defined()) {
-    out["outer_global"] = s.global.detach().cpu().clone();
-    out["outer_momentum"] = s.momentum.detach().cpu().clone();
+    const int64_t n = s.state_avg->numel();  // without the padding, so W may change on restart
+    out["outer_global"] = s.global.narrow(0, 0, n).detach().cpu().clone();
+    out["outer_momentum"] = s.momentum.narrow(0, 0, n).detach().cpu().clone();
   }
   return out;
 }
@@ -371,9 +372,10 @@ void LocalSgd::load_state(const std::map<std::string, torch::Tensor>& tensors,
   for (auto [key, dst] : {std::pair{"outer_global", s.global}, std::pair{"outer_momentum", s.momentum}}) {
     auto it = tensors.find(key);
     HT_REQUIRE(it != tensors.end(), ExitCode::kData, "local_sgd: checkpoint lacks '{}' (outer = diloco)", key);
-    HT_REQUIRE(it->second.numel() == dst.numel(), ExitCode::kData,
-               "local_sgd: checkpoint '{}' has {} elements, the model needs {}", key, it->second.numel(), dst.numel());
-    dst.copy_(it->second.reshape({-1}));
+    const int64_t n = s.state_avg->numel();
+    HT_REQUIRE(it->second.numel() == n, ExitCode::kData,
+               "local_sgd: checkpoint '{}' has {} elements, the model needs {}", key, it->second.numel(), n);
+    dst.narrow(0, 0, n).copy_(it->second.reshape({-1}));
   }
 }
 

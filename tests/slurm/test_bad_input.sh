@@ -23,8 +23,9 @@ no_allocation)
   echo "$out"
   [ $rc -ne 0 ] || fail "train.sbatch outside an allocation exited 0"
   grep -q "not inside a Slurm allocation" <<<"$out" || fail "no clear message"
-  # And srun when the controller cannot be reached: fails fast, no hang.
-  out=$(SLURM_CONF="$WORK/none.conf" timeout 60 srun -n 1 true 2>&1); rc=$?
+  # And srun with no usable cluster configuration: fails at once, no hang.
+  : >"$WORK/empty.conf"
+  out=$(SLURM_CONF="$WORK/empty.conf" timeout 60 srun -n 1 true 2>&1); rc=$?
   echo "$out"
   [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "srun without a reachable cluster: exit $rc"
   say "PASS: clear message and non-zero exit without an allocation"

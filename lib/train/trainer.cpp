@@ -73,6 +73,15 @@ void ensure_dir(const std::string& dir) {
   HT_REQUIRE(::access(dir.c_str(), W_OK) == 0, ExitCode::kData, "{}: directory is not writable", dir);
 }
 
+// Test hook (documented in docs/config.md): HPCTRAIN_TEST_FAIL_RANK=R and HPCTRAIN_TEST_FAIL_STEP=S
+// make rank R throw at step S, to prove that a failing rank ends the whole job without a hang.
+void maybe_inject_failure(int rank, int64_t step) {
+  static const char* r = std::getenv("HPCTRAIN_TEST_FAIL_RANK");
+  static const char* s = std::getenv("HPCTRAIN_TEST_FAIL_STEP");
+  if (r && s && std::atoi(r) == rank && std::atoll(s) == step)
+    HT_FAIL(ExitCode::kRuntime, "injected failure on rank {} at step {} (HPCTRAIN_TEST_FAIL_RANK/STEP)", rank, step);
+}
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -291,6 +300,7 @@ int Trainer::Impl::run() {
     int64_t tokens = 0;
     const double lr = schedule->apply(*optimizer, counters.step);
     auto [loss, finite] = train_step(tokens);
+    maybe_inject_failure(comm.rank(), counters.step + 1);
     const int64_t peak_bytes = memory::cpu_peak_bytes() - live_before;
     // One tiny collective per step: any rank with a non-finite loss, any rank with a signal.
     int64_t flags[2] = {finite ? 0 : 1, signals::pending() ? 1 : 0};

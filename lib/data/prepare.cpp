@@ -62,7 +62,7 @@ void write_token_ids(hid_t loc, const std::string& name, const std::vector<uint3
   else write_ids<uint16_t>(loc, name, ids, std::move(dims), chunk_rows);
 }
 
-// Progress lines every 10% on inputs above 4 MiB.
+// Progress lines every 10% on inputs above 4 MiB (BPE training: above 1 MiB).
 struct Progress {
   size_t total;
   bool on;
@@ -185,13 +185,13 @@ PrepareSummary prepare(const PrepareOptions& o) {
   PrepareSummary s;
   s.input_bytes = corpus.bytes;
   s.task = o.labels_from_dirs ? "classification" : "causal-lm";
+  const bool progress = o.progress && corpus.bytes > (4u << 20);
   const Tokenizer tok = o.tokenizer == "bpe" ? Tokenizer::train_bpe(corpus.docs, o.vocab_size ? o.vocab_size : 1024,
-                                                                    o.progress)
+                                                                    progress || o.progress && corpus.bytes > (1u << 20))
                                              : Tokenizer::bytes();
   s.vocab_size = tok.vocab_size();
   const auto val = assign_validation(static_cast<int64_t>(corpus.docs.size()), o.val_fraction, o.seed);
   for (bool v : val) ++(v ? s.val_docs : s.train_docs);
-  const bool progress = o.progress && corpus.bytes > (4u << 20);
 
   const std::filesystem::path out(o.output);
   if (out.has_parent_path()) {

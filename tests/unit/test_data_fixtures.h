@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/error.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "io/h5.h"

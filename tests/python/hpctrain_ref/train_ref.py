@@ -113,7 +113,9 @@ class Run:
         A = self.cfg["train"]["grad_accum_steps"]
         loss_sum, tokens = 0.0, 0
         for micro in range(A):
+            t0 = time.perf_counter()
             x, y, mask = self.stream.micro_batch(step, micro)
+            self.phase["data_s"] += time.perf_counter() - t0
             tokens += x.numel()
             sync_now = micro == A - 1
             ctx = self.wrapped.no_sync() if (self.args.variant == "ddp" and not sync_now) else contextlib.nullcontext()
@@ -147,6 +149,7 @@ class Run:
                                  local_sgd_steps=self.cfg["local_sgd"]["steps"], enabled=True)
         self.wrapped.train()
         self.steps_done, tokens_seen = 0, 0
+        self.phase = dict.fromkeys(["data_s", "fwd_bwd_s", "clip_opt_s", "average_s", "other_s"], 0.0)
         with local_sgd as lsgd:
             for step in range(self.total):
                 t0 = time.perf_counter()
@@ -154,7 +157,9 @@ class Run:
                 for g in self.optimizer.param_groups:
                     g["lr"] = lr
                 self.optimizer.zero_grad(set_to_none=True)
+                t1 = time.perf_counter()
                 loss, tokens = self.micro_steps(step)
+                t2 = time.perf_counter()
                 if not math.isfinite(loss):
                     print(f"train_ref rank {self.rank}: step {step + 1}: non-finite loss {loss}; stopping",
                           file=sys.stderr)
@@ -162,11 +167,18 @@ class Run:
                 self.average_grads_now(step)
                 grad_norm = self.clip(t["grad_clip"])
                 self.optimizer.step()
+                t3 = time.perf_counter()
                 if self.args.variant == "pma":
                     self.averager.average_parameters(self.gpt.parameters())
                 elif self.args.variant == "accel":
                     lsgd.step()
-                seconds = time.perf_counter() - t0
+                t4 = time.perf_counter()
+                seconds = t4 - t0
+                # Per-phase timers (rank-local): forward+backward includes DDP's overlapped gradient all-reduce.
+                self.phase["fwd_bwd_s"] += t2 - t1
+                self.phase["clip_opt_s"] += t3 - t2
+                self.phase["average_s"] += t4 - t3
+                self.phase["other_s"] += t1 - t0
                 self.steps_done += 1
                 tokens_seen += tokens * self.world
                 line = {"step": step + 1, "loss": loss, "lr": lr, "grad_norm": grad_norm,
@@ -235,7 +247,7 @@ class Run:
                    "tokens_seen": lines[-1]["tokens_seen"] if lines else 0, "train_seconds": wall,
                    "peak_rss_bytes": peak_rss_bytes(), "bytes_sent": self.bytes_sent(),
                    "bytes_per_step": self.bytes_sent() / max(1, len(lines)), "val_loss": val_loss,
-                   "torch_version": torch.__version__}
+                   "torch_version": torch.__version__, "phase_seconds": self.phase}
         with open(os.path.join(self.args.out, f"summary-rank{self.rank}.json"), "w") as f:
             json.dump(summary, f)
         if self.args.save_params and self.rank == 0:

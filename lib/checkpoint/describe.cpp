@@ -1,0 +1,118 @@
+// Human-readable checkpoint report (`hpctrain inspect`) and the model compatibility check.
+#include <fmt/ranges.h>
+
+#include <sstream>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/layout.h"
+#include "core/error.h"
+
+namespace ht::checkpoint {
+namespace {
+
+std::string shape_text(const torch::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
+
+std::string dtype_text(const torch::Tensor& t) { return std::string(c10::toString(t.scalar_type())); }
+
+double l2_norm(const torch::Tensor& t) {
+  if (t.numel() == 0) return 0.0;
+  return t.to(torch::kFloat64).norm().item<double>();
+}
+
+void describe_parameters(std::ostringstream& out, const detail::TensorMap& tensors) {
+  int64_t count = 0, elems = 0;
+  size_t width = 10;
+  for (const auto& [k, t] : tensors)
+    if (k.rfind("model/", 0) == 0) width = std::max(width, k.size() - 6);
+  out << fmt::format("\nparameters (/model):\n  {:<{}}  {:<16} {:<9} {:>12}\n", "name", width, "shape", "dtype",
+                     "L2 norm");
+  for (const auto& [k, t] : tensors) {
+    if (k.rfind("model/", 0) != 0) continue;
+    out << fmt::format("  {:<{}}  {:<16} {:<9} {:>12.6g}\n", k.substr(6), width, shape_text(t), dtype_text(t),
+                       l2_norm(t));
+    ++count;
+    elems += t.numel();
+  }
+  out << fmt::format("  {} parameter tensors, {} elements\n", count, elems);
+}
+
+// Tensors grouped by their first path component, with up to 3 examples each.
+void describe_groups(std::ostringstream& out, const std::string& indent, const detail::TensorMap& tensors,
+                     bool skip_model) {
+  std::map<std::string, std::vector<const std::pair<const std::string, torch::Tensor>*>> groups;
+  for (const auto& kv : tensors) {
+    if (skip_model && kv.first.rfind("model/", 0) == 0) continue;
+    groups[kv.first.substr(0, kv.first.find('/'))].push_back(&kv);
+  }
+  for (const auto& [g, items] : groups) {
+    int64_t elems = 0;
+    for (const auto* kv : items) elems += kv->second.numel();
+    out << fmt::format("{}{}/: {} tensors, {} elements\n", indent, g, items.size(), elems);
+    for (size_t i = 0; i < items.size() && i < 3; ++i)
+      out << fmt::format("{}  {} {} {}\n", indent, items[i]->first, shape_text(items[i]->second),
+                         dtype_text(items[i]->second));
+    if (items.size() > 3) out << fmt::format("{}  ...\n", indent);
+  }
+}
+
+void describe_contents(std::ostringstream& out, const detail::FileContents& c) {
+  const auto& p = c.provenance;
+  auto get = [&](const char* k) { auto it = p.find(k); return it == p.end() ? std::string("?") : it->second; };
+  out << fmt::format("format {} v{}, hpctrain {}, libtorch {}, written {} by {} rank(s)\nstep {}\n", get("format"),
+                     get("format_version"), get("hpctrain_version"), get("torch_version"), get("time"),
+                     get("world_size"), get("step"));
+  out << "\nstate (/state):\n";
+  for (const auto& [k, v] : c.shared.ints) out << fmt::format("  {} = {}\n", k, v);
+  for (const auto& [k, v] : c.shared.reals) out << fmt::format("  {} = {:.17g}\n", k, v);
+  describe_parameters(out, c.shared.tensors);
+  out << "\nother tensors:\n";
+  describe_groups(out, "  ", c.shared.tensors, true);
+  out << "\nper-rank entries (/rank/<r>):\n";
+  for (size_t r = 0; r < c.per_rank.size(); ++r) {
+    out << fmt::format("  rank {}:\n", r);
+    describe_groups(out, "    ", c.per_rank[r], false);
+  }
+  for (const auto& [k, v] : c.shared.strings) {
+    out << fmt::format("\n{} (/{}, {} bytes):\n", k, k, v.size());
+    std::istringstream lines(v);
+    for (std::string line; std::getline(lines, line);) out << "  " << line << "\n";
+  }
+}
+
+}  // namespace
+
+std::string describe(const std::string& path, bool* ok) {
+  const detail::Scan s = detail::scan_file(path, false);
+  std::ostringstream out;
+  out << "checkpoint " << path << "\n";
+  describe_contents(out, s.contents);
+  if (s.faults.empty()) {
+    out << fmt::format("\nchecksums: OK ({} datasets read, {} bytes, Fletcher32 verified)\n", s.datasets, s.bytes);
+  } else {
+    out << fmt::format("\nchecksums: DAMAGED ({} fault(s); {} datasets read fine)\n", s.faults.size(), s.datasets);
+    for (const auto& f : s.faults) out << "  " << f << "\n";
+  }
+  if (ok) *ok = s.faults.empty();
+  return out.str();
+}
+
+void check_compatible(const Snapshot& file, const std::map<std::string, torch::Tensor>& model_params) {
+  for (const auto& [name, p] : model_params) {
+    auto it = file.tensors.find("model/" + name);
+    HT_REQUIRE(it != file.tensors.end(), ExitCode::kUsage,
+               "checkpoint {} does not fit the model: it has no parameter '{}' (different model config?)", file.path,
+               name);
+    HT_REQUIRE(it->second.sizes() == p.sizes(), ExitCode::kUsage,
+               "checkpoint {} does not fit the model: parameter '{}' has shape {} in the checkpoint but {} in the "
+               "model",
+               file.path, name, shape_text(it->second), shape_text(p));
+  }
+  for (const auto& [key, t] : file.tensors) {
+    if (key.rfind("model/", 0) != 0) continue;
+    HT_REQUIRE(model_params.count(key.substr(6)), ExitCode::kUsage,
+               "checkpoint {} does not fit the model: it has parameter '{}' that the model lacks", file.path,
+               key.substr(6));
+  }
+}
+
+}  // namespace ht::checkpoint

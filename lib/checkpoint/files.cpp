@@ -1,0 +1,191 @@
+#include "checkpoint/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <regex>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/timer.h"
+
+// POSIX calls only: libtorch.so exports its own std::filesystem symbols, and calls into them
+// (e.g. remove_all) crash when they bind there instead of libstdc++.
+namespace ht::checkpoint {
+namespace {
+
+std::string join(const std::string& dir, const std::string& name) {
+  return !dir.empty() && dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+bool is_dir(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool is_regular(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// Names in dir (not "." or ".."); empty if it cannot be read.
+std::vector<std::string> dir_entries(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return names;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(d);
+  return names;
+}
+
+const std::regex& name_pattern() {
+  static const std::regex re("^ckpt-([0-9]+)\\.h5$");
+  return re;
+}
+
+std::optional<int64_t> step_of(const std::string& file_name) {
+  std::smatch m;
+  if (!std::regex_match(file_name, m, name_pattern())) return std::nullopt;
+  return std::stoll(m[1].str());
+}
+
+}  // namespace
+
+std::string file_name_for_step(int64_t step) { return fmt::format("ckpt-{:08d}.h5", step); }
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  for (const auto& name : dir_entries(dir))
+    if (auto step = step_of(name); step && is_regular(join(dir, name))) found.emplace_back(*step, join(dir, name));
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+namespace detail {
+namespace {
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  HT_REQUIRE(fd >= 0, ExitCode::kData, "{}: open for fsync failed: {}", path, std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  HT_REQUIRE(rc == 0, ExitCode::kData, "{}: fsync failed: {}", path, std::strerror(err));
+}
+
+void rename_path(const std::string& from, const std::string& to) {
+  HT_REQUIRE(::rename(from.c_str(), to.c_str()) == 0, ExitCode::kData, "rename {} -> {} failed: {}", from, to,
+             std::strerror(errno));
+}
+
+// Small text file replaced atomically (tmp + fsync + rename + fsync dir).
+void write_text_atomically(const std::string& dir, const std::string& name, const std::string& text) {
+  const std::string path = join(dir, name), tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    HT_REQUIRE(out.good(), ExitCode::kData, "{}: write failed", tmp);
+  }
+  fsync_path(tmp, false);
+  rename_path(tmp, path);
+  fsync_path(dir, true);
+}
+
+// Leftovers of saves that died half-way (SIGKILL, node failure): never valid, safe to drop.
+void remove_stale_tmps(const std::string& dir) {
+  for (const auto& name : dir_entries(dir)) {
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 && name.rfind("ckpt-", 0) == 0) {
+      HT_INFO("removing {} left by an interrupted save", join(dir, name));
+      ::unlink(join(dir, name).c_str());
+    }
+  }
+}
+
+// Keeps the file just written plus the newest keep-1 others.
+void rotate(const std::string& dir, int64_t keep, const std::string& just_written) {
+  int64_t kept = 1;
+  for (const auto& path : list_checkpoints(dir)) {
+    if (path == just_written) continue;
+    if (kept < keep) { ++kept; continue; }
+    if (::unlink(path.c_str()) != 0) HT_WARN("could not delete old checkpoint {}: {}", path, std::strerror(errno));
+    else HT_DEBUG("deleted old checkpoint {}", path);
+  }
+}
+
+}  // namespace
+
+void ensure_writable_dir(const std::string& dir) {
+  HT_REQUIRE(!dir.empty(), ExitCode::kData, "checkpoint directory is empty (set checkpoint.dir or train.output_dir)");
+  // mkdir -p: each prefix in turn; EEXIST is fine, anything else is reported by the final check.
+  int err = 0;
+  for (size_t pos = dir.find('/', 1); ; pos = dir.find('/', pos + 1)) {
+    const std::string prefix = dir.substr(0, pos);
+    if (!prefix.empty() && ::mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST) err = errno;
+    if (pos == std::string::npos) break;
+  }
+  HT_REQUIRE(is_dir(dir), ExitCode::kData, "checkpoint directory {} cannot be created: {}", dir,
+             err ? std::strerror(err) : "a path component is not a directory");
+  HT_REQUIRE(::access(dir.c_str(), W_OK | X_OK) == 0, ExitCode::kData, "checkpoint directory {} is not writable: {}",
+             dir, std::strerror(errno));
+}
+
+std::string commit_checkpoint(const std::string& dir, const Snapshot& shared, const std::vector<TensorMap>& per_rank,
+                              int64_t step, int64_t world_size, int64_t keep) {
+  ensure_writable_dir(dir);
+  remove_stale_tmps(dir);
+  const std::string path = join(dir, file_name_for_step(step)), tmp = path + ".tmp";
+  Stopwatch clock;
+  try {
+    write_file(tmp, shared, per_rank, step, world_size);
+    fsync_path(tmp, false);
+    rename_path(tmp, path);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  fsync_path(dir, true);
+  struct stat st {};
+  const auto bytes = ::stat(path.c_str(), &st) == 0 ? st.st_size : 0;
+  HT_DEBUG("checkpoint saved: {} (step {}, {:.1f} MB, {:.2f} s)", path, step, static_cast<double>(bytes) / 1e6,
+          clock.seconds());
+  // The checkpoint is complete and durable from here on: later trouble is a warning, not a failure.
+  try {
+    write_text_atomically(dir, "latest", file_name_for_step(step) + "\n");
+  } catch (const std::exception& e) {
+    HT_WARN("checkpoint {} written but `latest` not updated: {}", path, e.what());
+  }
+  rotate(dir, keep, path);
+  return path;
+}
+
+std::optional<std::string> read_latest(const std::string& dir) {
+  std::ifstream in(join(dir, "latest"));
+  std::string name;
+  if (!in || !std::getline(in, name)) return std::nullopt;
+  if (!step_of(name)) return std::nullopt;  // not one of our names: ignore rather than follow
+  return name;
+}
+
+std::vector<std::string> load_candidates(const std::string& dir) {
+  std::vector<std::string> out;
+  if (auto latest = read_latest(dir)) out.push_back(join(dir, *latest));
+  for (auto& p : list_checkpoints(dir))
+    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  return out;
+}
+
+}  // namespace detail
+}  // namespace ht::checkpoint

@@ -1,0 +1,325 @@
+#include "checkpoint/layout.h"
+
+#include <torch/version.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <thread>
+
+#include "core/error.h"
+#include "io/h5.h"
+
+namespace ht::checkpoint::detail {
+namespace {
+
+// --- dtypes -----------------------------------------------------------------------------------
+
+// The HDF5 type a tensor of this dtype is stored as; bf16/f16 are widened to float32 and bool
+// narrowed to uint8 (both lossless), with the original dtype kept in the `torch_dtype` attribute.
+torch::ScalarType storage_dtype(torch::ScalarType t) {
+  switch (t) {
+    case torch::kBFloat16: case torch::kHalf: return torch::kFloat32;
+    case torch::kBool: return torch::kUInt8;
+    default: return t;
+  }
+}
+
+hid_t h5_type(torch::ScalarType t, const std::string& key) {
+  switch (t) {
+    case torch::kFloat32: return H5T_NATIVE_FLOAT;
+    case torch::kFloat64: return H5T_NATIVE_DOUBLE;
+    case torch::kInt64: return H5T_NATIVE_INT64;
+    case torch::kInt32: return H5T_NATIVE_INT32;
+    case torch::kInt16: return H5T_NATIVE_INT16;
+    case torch::kInt8: return H5T_NATIVE_INT8;
+    case torch::kUInt8: return H5T_NATIVE_UINT8;
+    default: HT_FAIL(ExitCode::kData, "tensor '{}': dtype {} cannot be stored in a checkpoint", key, c10::toString(t));
+  }
+}
+
+torch::ScalarType dtype_of(const io::DatasetInfo& i, const std::string& key) {
+  if (i.type_class == H5T_FLOAT && i.type_size == 4) return torch::kFloat32;
+  if (i.type_class == H5T_FLOAT && i.type_size == 8) return torch::kFloat64;
+  if (i.type_class == H5T_INTEGER && i.is_signed) {
+    switch (i.type_size) {
+      case 8: return torch::kInt64;
+      case 4: return torch::kInt32;
+      case 2: return torch::kInt16;
+      case 1: return torch::kInt8;
+    }
+  }
+  if (i.type_class == H5T_INTEGER && !i.is_signed && i.type_size == 1) return torch::kUInt8;
+  HT_FAIL(ExitCode::kData, "dataset '{}' has an element type a checkpoint never holds", key);
+}
+
+torch::ScalarType dtype_from_name(const std::string& name, const std::string& key) {
+  if (name == "bfloat16") return torch::kBFloat16;
+  if (name == "float16") return torch::kHalf;
+  if (name == "bool") return torch::kBool;
+  HT_FAIL(ExitCode::kData, "dataset '{}': unknown torch_dtype '{}'", key, name);
+}
+
+// --- writing ----------------------------------------------------------------------------------
+
+void write_tensor(hid_t file, const std::string& key, const torch::Tensor& tensor) {
+  HT_REQUIRE(tensor.defined(), ExitCode::kData, "tensor '{}' is undefined", key);
+  const torch::ScalarType original = tensor.scalar_type();
+  torch::Tensor t = tensor.detach().to(torch::kCPU).to(storage_dtype(original)).contiguous();
+  std::vector<hsize_t> dims;
+  for (int64_t d : t.sizes()) dims.push_back(static_cast<hsize_t>(d));
+  const bool scalar = dims.empty();
+  if (scalar) dims = {1};  // chunked (and so checksummed) datasets need at least one dimension
+  io::write_raw(file, key, h5_type(t.scalar_type(), key), t.data_ptr(), dims);
+  if (scalar || original != t.scalar_type()) {
+    io::Handle ds = io::open_dataset(file, key);
+    if (scalar) io::set_attr(ds.id(), "scalar", int64_t{1});
+    if (original == torch::kBFloat16) io::set_attr(ds.id(), "torch_dtype", std::string("bfloat16"));
+    if (original == torch::kHalf) io::set_attr(ds.id(), "torch_dtype", std::string("float16"));
+    if (original == torch::kBool) io::set_attr(ds.id(), "torch_dtype", std::string("bool"));
+  }
+}
+
+// A fixed-length string in a 1-element chunked dataset: unlike io::write_string's scalar
+// dataset this one carries a Fletcher32 checksum. Readable with io::read_string.
+void write_checked_string(hid_t file, const std::string& key, const std::string& text) {
+  io::Handle type(HT_H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+  HT_H5_CHECK(H5Tset_size(type.id(), std::max<size_t>(1, text.size())));
+  HT_H5_CHECK(H5Tset_strpad(type.id(), H5T_STR_NULLPAD));
+  const std::string padded = text.empty() ? std::string(1, '\0') : text;
+  io::write_raw(file, key, type.id(), padded.data(), {1}, 1);
+}
+
+void check_key(const std::string& key, bool allow_reserved) {
+  HT_REQUIRE(!key.empty() && key.front() != '/' && key.back() != '/' && key.find("//") == std::string::npos,
+             ExitCode::kData, "checkpoint key '{}' is not a relative HDF5 path", key);
+  const bool reserved = key == "state" || key == "rank" || key.rfind("state/", 0) == 0 || key.rfind("rank/", 0) == 0;
+  HT_REQUIRE(allow_reserved || !reserved, ExitCode::kData,
+             "checkpoint key '{}' collides with the reserved groups /state and /rank", key);
+}
+
+std::string iso8601_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void write_root_attrs(hid_t file, int64_t step, int64_t world_size) {
+  io::set_attr(file, "format", std::string(kFormatName));
+  io::set_attr(file, "format_version", kFormatVersion);
+  io::set_attr(file, "hpctrain_version", std::string(HPCTRAIN_VERSION));
+  io::set_attr(file, "torch_version", std::string(TORCH_VERSION));
+  io::set_attr(file, "world_size", world_size);
+  io::set_attr(file, "time", iso8601_now());
+  io::set_attr(file, "step", step);
+}
+
+void slow_save_hook(hid_t file) {
+  const char* ms = std::getenv("HPCTRAIN_TEST_SLOW_SAVE_MS");
+  if (!ms || std::atol(ms) <= 0) return;
+  HT_H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));  // a half-written file on disk, as a crash would leave it
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(ms)));
+}
+
+// Runs one write and re-throws any failure with the file and key named.
+template <typename F>
+void keyed(const std::string& path, const std::string& key, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    HT_FAIL(ExitCode::kData, "{}: writing '{}' failed: {}", path, key, e.what());
+  }
+}
+
+void write_body(hid_t file, const std::string& path, const Snapshot& s, const std::vector<TensorMap>& per_rank) {
+  for (const auto& [k, v] : s.strings) {
+    check_key(k, false);
+    HT_REQUIRE(!s.tensors.count(k), ExitCode::kData, "checkpoint key '{}' is both a string and a tensor", k);
+    keyed(path, k, [&] { write_checked_string(file, k, v); });
+  }
+  for (const auto& [k, v] : s.ints) {
+    check_key(k, true);
+    keyed(path, "state/" + k, [&] { io::write<int64_t>(file, "state/" + k, {v}); });
+  }
+  for (const auto& [k, v] : s.reals) {
+    HT_REQUIRE(!s.ints.count(k), ExitCode::kData, "checkpoint key '{}' is both an int and a real", k);
+    keyed(path, "state/" + k, [&] { io::write<double>(file, "state/" + k, {v}); });
+  }
+  size_t written = 0;
+  for (const auto& [k, v] : s.tensors) {
+    check_key(k, false);
+    keyed(path, k, [&] { write_tensor(file, k, v); });
+    if (++written == s.tensors.size() / 2) slow_save_hook(file);
+  }
+  if (s.tensors.size() < 2) slow_save_hook(file);
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    const std::string group = "rank/" + std::to_string(r);
+    keyed(path, group, [&] { io::create_group(file, group); });
+    for (const auto& [k, v] : per_rank[r]) {
+      check_key(k, true);
+      keyed(path, group + "/" + k, [&] { write_tensor(file, group + "/" + k, v); });
+    }
+  }
+}
+
+}  // namespace
+
+void write_file(const std::string& path, const Snapshot& shared, const std::vector<TensorMap>& per_rank,
+                int64_t step, int64_t world_size) {
+  HT_REQUIRE(static_cast<int64_t>(per_rank.size()) == world_size, ExitCode::kData,
+             "{}: {} per-rank entries for a world of {}", path, per_rank.size(), world_size);
+  io::quiet_hdf5_errors();
+  // The 1.10 format: object headers, B-trees and heaps carry checksums too, not only the chunks.
+  io::Handle fapl(HT_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
+  HT_H5_CHECK(H5Pset_libver_bounds(fapl.id(), H5F_LIBVER_V110, H5F_LIBVER_V110));
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id());
+  HT_REQUIRE(id >= 0, ExitCode::kData, "{}: cannot create the checkpoint file (directory missing or not writable?)",
+             path);
+  try {
+    keyed(path, "root attributes", [&] { write_root_attrs(id, step, world_size); });
+    write_body(id, path, shared, per_rank);
+  } catch (...) {
+    H5Fclose(id);
+    throw;
+  }
+  // Flushing and closing write out HDF5's caches: this is where a full disk usually shows up.
+  const bool flushed = H5Fflush(id, H5F_SCOPE_GLOBAL) >= 0;
+  const bool closed = H5Fclose(id) >= 0;
+  HT_REQUIRE(flushed && closed, ExitCode::kData,
+             "{}: flushing the checkpoint file failed (disk full or file size limit?)", path);
+}
+
+namespace {
+
+// --- reading ----------------------------------------------------------------------------------
+
+// Every dataset below `group`, as paths relative to the root ("model/wte.weight").
+void collect_datasets(hid_t file, const std::string& group, std::vector<std::string>& out) {
+  for (const auto& name : io::list_children(file, group)) {
+    const std::string path = group == "." ? name : group + "/" + name;
+    const hid_t obj = H5Oopen(file, path.c_str(), H5P_DEFAULT);
+    HT_REQUIRE(obj >= 0, ExitCode::kData, "object '{}' cannot be opened", path);
+    const H5I_type_t type = H5Iget_type(obj);
+    H5Oclose(obj);
+    if (type == H5I_GROUP) collect_datasets(file, path, out);
+    else if (type == H5I_DATASET) out.push_back(path);
+    else HT_FAIL(ExitCode::kData, "object '{}' is neither a group nor a dataset", path);
+  }
+}
+
+torch::Tensor read_tensor(hid_t file, const std::string& key, int64_t& bytes) {
+  const io::DatasetInfo inf = io::info(file, key);
+  const torch::ScalarType st = dtype_of(inf, key);
+  std::vector<int64_t> shape(inf.dims.begin(), inf.dims.end());
+  torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(st));
+  if (t.numel() > 0) {
+    HT_REQUIRE(inf.has_fletcher32, ExitCode::kData, "dataset '{}' has no Fletcher32 checksum", key);
+    io::read_raw(file, key, h5_type(st, key), t.data_ptr());
+  }
+  bytes += static_cast<int64_t>(t.nbytes());
+  io::Handle ds = io::open_dataset(file, key);
+  if (io::has_attr(ds.id(), "torch_dtype")) t = t.to(dtype_from_name(io::attr_string(ds.id(), "torch_dtype"), key));
+  if (io::has_attr(ds.id(), "scalar") && io::attr_int(ds.id(), "scalar") == 1) {
+    HT_REQUIRE(t.numel() == 1, ExitCode::kData, "dataset '{}' is marked scalar but has {} elements", key, t.numel());
+    t = t.reshape({});
+  }
+  return t;
+}
+
+std::string read_text(hid_t file, const std::string& key, int64_t& bytes) {
+  const io::DatasetInfo inf = io::info(file, key);
+  HT_REQUIRE(inf.has_fletcher32, ExitCode::kData, "string dataset '{}' has no Fletcher32 checksum", key);
+  std::string text = io::read_string(file, key);
+  bytes += static_cast<int64_t>(inf.type_size);
+  return text;
+}
+
+void read_state_value(hid_t file, const std::string& path, FileContents& c, int64_t& bytes) {
+  const std::string key = path.substr(6);  // after "state/"
+  const io::DatasetInfo inf = io::info(file, path);
+  HT_REQUIRE(inf.dims.size() == 1 && inf.dims[0] == 1 && inf.has_fletcher32, ExitCode::kData,
+             "state value '{}' is not a checksummed 1-element dataset", path);
+  if (inf.type_class == H5T_INTEGER) c.shared.ints[key] = io::read<int64_t>(file, path).at(0);
+  else if (inf.type_class == H5T_FLOAT) c.shared.reals[key] = io::read<double>(file, path).at(0);
+  else HT_FAIL(ExitCode::kData, "state value '{}' is neither an integer nor a float", path);
+  bytes += 8;
+}
+
+void read_one(hid_t file, const std::string& path, FileContents& c, int64_t& bytes) {
+  if (path.rfind("state/", 0) == 0) return read_state_value(file, path, c, bytes);
+  if (path.rfind("rank/", 0) == 0) {
+    const size_t slash = path.find('/', 5);
+    HT_REQUIRE(slash != std::string::npos, ExitCode::kData, "dataset '{}' is not inside a rank group", path);
+    const std::string rank_text = path.substr(5, slash - 5);
+    HT_REQUIRE(!rank_text.empty() && rank_text.find_first_not_of("0123456789") == std::string::npos &&
+                   std::stoll(rank_text) < static_cast<int64_t>(c.per_rank.size()),
+               ExitCode::kData, "'{}' belongs to no rank of a world of {}", path, c.per_rank.size());
+    c.per_rank[std::stoul(rank_text)][path.substr(slash + 1)] = read_tensor(file, path, bytes);
+    return;
+  }
+  if (io::info(file, path).type_class == H5T_STRING) c.shared.strings[path] = read_text(file, path, bytes);
+  else c.shared.tensors[path] = read_tensor(file, path, bytes);
+}
+
+void read_root(hid_t file, FileContents& c) {
+  const std::string format = io::attr_string(file, "format");
+  HT_REQUIRE(format == kFormatName, ExitCode::kData, "root attribute format is '{}', expected '{}'", format,
+             kFormatName);
+  const int64_t version = io::attr_int(file, "format_version");
+  HT_REQUIRE(version == kFormatVersion, ExitCode::kData,
+             "format_version {} is not supported by this build (it reads version {})", version, kFormatVersion);
+  c.shared.world_size = io::attr_int(file, "world_size");
+  HT_REQUIRE(c.shared.world_size >= 1 && c.shared.world_size < (1 << 24), ExitCode::kData,
+             "root attribute world_size = {} is invalid", c.shared.world_size);
+  c.shared.step = io::attr_int(file, "step");
+  c.per_rank.assign(static_cast<size_t>(c.shared.world_size), {});
+  for (const char* k : {"format", "hpctrain_version", "torch_version", "time"})
+    c.provenance[k] = io::has_attr(file, k) ? io::attr_string(file, k) : "?";
+  c.provenance["format_version"] = std::to_string(version);
+  c.provenance["world_size"] = std::to_string(c.shared.world_size);
+  c.provenance["step"] = std::to_string(c.shared.step);
+  for (int64_t r = 0; r < c.shared.world_size; ++r)
+    HT_REQUIRE(io::exists(file, "rank/" + std::to_string(r)), ExitCode::kData, "group /rank/{} is missing", r);
+}
+
+}  // namespace
+
+Scan scan_file(const std::string& path, bool stop_at_first) {
+  Scan out;
+  io::File f = io::File::open_read(path);
+  out.contents.shared.path = path;
+  try {
+    read_root(f.id(), out.contents);
+  } catch (const std::exception& e) {
+    out.faults.push_back(e.what());
+    return out;  // without the root attributes nothing else can be trusted
+  }
+  std::vector<std::string> names;
+  try {
+    collect_datasets(f.id(), ".", names);
+  } catch (const std::exception& e) {
+    out.faults.push_back(fmt::format("listing the file's objects failed: {}", e.what()));
+    if (stop_at_first) return out;
+  }
+  for (const auto& name : names) {
+    try {
+      read_one(f.id(), name, out.contents, out.bytes);
+      ++out.datasets;
+    } catch (const std::exception& e) {
+      out.faults.push_back(fmt::format("'{}': {}", name, e.what()));
+      if (stop_at_first) return out;
+    }
+  }
+  return out;
+}
+
+FileContents read_contents(const std::string& path) {
+  Scan s = scan_file(path, true);
+  HT_REQUIRE(s.faults.empty(), ExitCode::kData, "{}: {}", path, s.faults.front());
+  return std::move(s.contents);
+}
+
+}  // namespace ht::checkpoint::detail

@@ -309,7 +309,8 @@ Scan scan_file(const std::string& path, bool stop_at_first) {
       read_one(f.id(), name, out.contents, out.bytes);
       ++out.datasets;
     } catch (const std::exception& e) {
-      out.faults.push_back(fmt::format("'{}': {}", name, e.what()));
+      const std::string what = e.what();
+      out.faults.push_back(what.find(name) != std::string::npos ? what : fmt::format("'{}': {}", name, what));
       if (stop_at_first) return out;
     }
   }

@@ -102,9 +102,11 @@ std::optional<Snapshot> Manager::load_latest() {
           c = detail::read_contents(candidates[i]);
           outcome = "O";
         } catch (const std::exception& e) {
-          faults.push_back(e.what());
+          std::string why = e.what();
+          if (why.rfind(candidates[i] + ": ", 0) == 0) why = why.substr(candidates[i].size() + 2);
+          faults.push_back(fmt::format("{}: {}", candidates[i], why));
           if (i + 1 < candidates.size())
-            HT_WARN("checkpoint {} is damaged ({}); falling back to {}", candidates[i], e.what(), candidates[i + 1]);
+            HT_WARN("checkpoint {} is damaged ({}); falling back to {}", candidates[i], why, candidates[i + 1]);
         }
       }
       if (outcome == "N" && !faults.empty())

@@ -187,7 +187,7 @@ PrepareSummary prepare(const PrepareOptions& o) {
   s.task = o.labels_from_dirs ? "classification" : "causal-lm";
   const bool progress = o.progress && corpus.bytes > (4u << 20);
   const Tokenizer tok = o.tokenizer == "bpe" ? Tokenizer::train_bpe(corpus.docs, o.vocab_size ? o.vocab_size : 1024,
-                                                                    progress || o.progress && corpus.bytes > (1u << 20))
+                                                                    o.progress && corpus.bytes > (1u << 20))
                                              : Tokenizer::bytes();
   s.vocab_size = tok.vocab_size();
   const auto val = assign_validation(static_cast<int64_t>(corpus.docs.size()), o.val_fraction, o.seed);

@@ -29,9 +29,10 @@ struct World {
   }
 };
 
+// Never destroyed: its communicator must not be freed after the harness calls MPI_Finalize.
 World& world() {
-  static World w;
-  return w;
+  static World* w = new World;
+  return *w;
 }
 
 LoaderOptions options(int64_t micro, int64_t accum) {

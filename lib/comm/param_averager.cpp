@@ -109,7 +109,8 @@ ParamAverager::ParamAverager(Communicator& comm, const std::vector<torch::Tensor
     wire_ = staged ? host_buffer(padded_numel_, wire_type)
                    : torch::zeros({padded_numel_}, torch::TensorOptions().dtype(wire_type).device(device_));
   }
-  if (opts_.dtype != ExchangeDType::kF32) recv_ = torch::empty_like(wire_);
+  if (opts_.dtype != ExchangeDType::kF32)
+    recv_ = staged ? host_buffer(padded_numel_, wire_type) : torch::empty_like(wire_);
 
   const int64_t bucket_elems = opts_.bucket_mb <= 0
       ? padded_numel_

@@ -1,0 +1,193 @@
+// Fused averaging over real MPI ranks: exact fp32 means, replicas bitwise equal, buckets, the
+// staging path equal to the direct path, 16-bit exchange within its rounding bound, the
+// non-blocking path, checksums that catch a perturbed rank, broadcast, alltoall/iallreduce.
+#include <gtest/gtest.h>
+
+#include "comm/communicator.h"
+#include "comm/param_averager.h"
+#include "core/error.h"
+
+namespace {
+
+using ht::comm::AveragerOptions;
+using ht::comm::ExchangeDType;
+using ht::comm::ParamAverager;
+
+// Rank-dependent tensors of assorted shapes; values_for(r) is what rank r holds.
+std::vector<torch::Tensor> values_for(int rank, int64_t scale = 1) {
+  torch::manual_seed(1234 + rank);
+  return {torch::randn({7, 5 * scale}), torch::randn({3}), torch::randn({2, 3, 4 * scale}), torch::randn({1})};
+}
+
+std::vector<torch::Tensor> exact_mean(int world, int64_t scale = 1) {
+  auto acc = values_for(0, scale);
+  for (auto& t : acc) t = t.to(torch::kDouble);
+  for (int r = 1; r < world; ++r) {
+    auto v = values_for(r, scale);
+    for (size_t i = 0; i < acc.size(); ++i) acc[i] += v[i].to(torch::kDouble);
+  }
+  for (auto& t : acc) t /= world;
+  return acc;
+}
+
+std::vector<torch::Tensor> clone_all(const std::vector<torch::Tensor>& v) {
+  std::vector<torch::Tensor> out;
+  for (const auto& t : v) out.push_back(t.clone());
+  return out;
+}
+
+bool bitwise_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!torch::equal(a[i], b[i])) return false;
+  return true;
+}
+
+std::vector<torch::Tensor> averaged(ht::comm::Communicator& comm, AveragerOptions o, int64_t scale = 1) {
+  auto t = values_for(comm.rank(), scale);
+  ParamAverager avg(comm, t, o);
+  avg.average(t);
+  return t;
+}
+
+TEST(CommAverager, Fp32MeanIsExactAndReplicasAreBitwiseEqual) {
+  auto comm = ht::comm::make_mpi_world();
+  auto t = averaged(*comm, {});
+  auto ref = exact_mean(comm->size());
+  for (size_t i = 0; i < t.size(); ++i)
+    EXPECT_TRUE(torch::allclose(t[i].to(torch::kDouble), ref[i], 1e-6, 1e-6)) << "tensor " << i;
+  EXPECT_NO_THROW(ht::comm::verify_replicas_equal(*comm, ht::comm::checksum(t), "test"));
+}
+
+TEST(CommAverager, AveragingIdenticalValuesLeavesThemUnchanged) {
+  auto comm = ht::comm::make_mpi_world();
+  auto t = values_for(0);
+  auto before = clone_all(t);
+  ParamAverager avg(*comm, t, {});
+  avg.average(t);
+  for (size_t i = 0; i < t.size(); ++i) EXPECT_TRUE(torch::allclose(t[i], before[i], 0, 1e-6));
+}
+
+TEST(CommAverager, BucketsGiveTheSameResultAsOneBuffer) {
+  auto comm = ht::comm::make_mpi_world();
+  AveragerOptions bucketed;
+  bucketed.bucket_mb = 1;
+  auto one = averaged(*comm, {}, 30000);  // ~1.7 M elements, ~6.6 MiB: 7 buckets of 1 MiB
+  auto t = values_for(comm->rank(), 30000);
+  ParamAverager avg(*comm, t, bucketed);
+  EXPECT_GE(avg.num_buckets(), 6u);
+  avg.average(t);
+  EXPECT_TRUE(bitwise_equal(one, t));
+}
+
+TEST(CommAverager, StagingPathEqualsDirectPath) {
+  auto comm = ht::comm::make_mpi_world();
+  AveragerOptions staged;
+  staged.force_staging = true;
+  auto t = values_for(comm->rank());
+  ParamAverager avg(*comm, t, staged);
+  EXPECT_EQ(avg.path(), ht::comm::TransferPath::kStaged);
+  avg.average(t);
+  EXPECT_TRUE(bitwise_equal(averaged(*comm, {}), t));
+  // and for a 16-bit exchange
+  AveragerOptions bf{ExchangeDType::kBF16, 0, false, "bf16"}, bf_staged{ExchangeDType::kBF16, 0, true, "bf16s"};
+  EXPECT_TRUE(bitwise_equal(averaged(*comm, bf), averaged(*comm, bf_staged)));
+}
+
+// Bound: each contribution is rounded once to 16 bits (relative u) and the fp32 mean once more,
+// so |avg - exact| <= u * (max_r |x_r| + |exact|) elementwise, unit roundoff u = 2^-8 (bf16, 8-bit
+// significand), 2^-11 (fp16); plus 2^-24 absolute for fp16 subnormals.
+void expect_16bit_within_bound(ExchangeDType dt, double u) {
+  auto comm = ht::comm::make_mpi_world();
+  const int world = comm->size();
+  auto t = averaged(*comm, {dt, 0, false, "16-bit"});
+  auto ref = exact_mean(world);
+  double max_err = 0;
+  for (size_t i = 0; i < t.size(); ++i) {
+    auto max_abs = values_for(0)[i].abs().to(torch::kDouble);
+    for (int r = 1; r < world; ++r) max_abs = torch::maximum(max_abs, values_for(r)[i].abs().to(torch::kDouble));
+    auto err = (t[i].to(torch::kDouble) - ref[i]).abs();
+    auto bound = u * (max_abs + ref[i].abs()) * 1.0001 + 6e-8;
+    EXPECT_TRUE((err <= bound).all().item<bool>()) << "tensor " << i << " max err " << err.max().item<double>();
+    max_err = std::max(max_err, err.max().item<double>());
+  }
+  EXPECT_GT(max_err, 0.0) << "a 16-bit exchange should not be exact on random data";
+  EXPECT_NO_THROW(ht::comm::verify_replicas_equal(*comm, ht::comm::checksum(t), "16-bit"));
+}
+
+TEST(CommAverager, Bf16ExchangeWithinRoundingBound) { expect_16bit_within_bound(ExchangeDType::kBF16, 1.0 / 256); }
+TEST(CommAverager, Fp16ExchangeWithinRoundingBound) { expect_16bit_within_bound(ExchangeDType::kF16, 1.0 / 2048); }
+
+TEST(CommAverager, Bf16WithBucketsMatchesOneBuffer) {
+  auto comm = ht::comm::make_mpi_world();
+  auto one = averaged(*comm, {ExchangeDType::kBF16, 0, false, "a"}, 30000);
+  auto many = averaged(*comm, {ExchangeDType::kBF16, 1, false, "b"}, 30000);
+  EXPECT_TRUE(bitwise_equal(one, many));
+}
+
+TEST(CommAverager, NonBlockingMeanEqualsBlockingMean) {
+  auto comm = ht::comm::make_mpi_world();
+  for (auto dt : {ExchangeDType::kF32, ExchangeDType::kBF16}) {
+    auto t = values_for(comm->rank());
+    ParamAverager avg(*comm, t, {dt, 0, false, "nb"});
+    avg.pack(t);
+    avg.start_mean();
+    EXPECT_TRUE(avg.pending());
+    avg.test_mean();
+    avg.wait_mean();
+    EXPECT_FALSE(avg.pending());
+    avg.unpack(t);
+    EXPECT_TRUE(bitwise_equal(averaged(*comm, {dt, 0, false, "b"}), t));
+  }
+}
+
+TEST(CommAverager, ChecksumMismatchOnOneRankIsDetectedEverywhere) {
+  auto comm = ht::comm::make_mpi_world();
+  auto t = values_for(0);
+  if (comm->rank() == 1) t[2].view({-1})[5] += 1e-3f;
+  try {
+    ht::comm::verify_replicas_equal(*comm, ht::comm::checksum(t), "perturbed");
+    FAIL() << "mismatch not detected";
+  } catch (const ht::Error& e) {
+    EXPECT_EQ(e.code(), ht::ExitCode::kRuntime);
+    EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CommAverager, ChecksumSeesASingleFlippedBit) {
+  auto t = values_for(0);
+  const auto before = ht::comm::checksum(t);
+  auto bits = t[0].view(torch::kInt);
+  bits.view({-1})[3].bitwise_xor_(1);
+  EXPECT_NE(before, ht::comm::checksum(t));
+}
+
+TEST(CommAverager, BroadcastTensorsCopiesRootEverywhere) {
+  auto comm = ht::comm::make_mpi_world();
+  auto t = values_for(comm->rank());
+  ht::comm::broadcast_tensors(*comm, t, 0);
+  EXPECT_TRUE(bitwise_equal(t, values_for(0)));
+}
+
+TEST(CommCommunicator, AlltoallAndIallreduce) {
+  auto comm = ht::comm::make_mpi_world();
+  const int w = comm->size(), r = comm->rank();
+  std::vector<int32_t> send(static_cast<size_t>(w)), recv(static_cast<size_t>(w), -1);
+  for (int j = 0; j < w; ++j) send[static_cast<size_t>(j)] = 100 * r + j;
+  comm->alltoall(send.data(), recv.data(), sizeof(int32_t));
+  for (int j = 0; j < w; ++j) EXPECT_EQ(recv[static_cast<size_t>(j)], 100 * j + r);
+  std::vector<double> v(5, r + 1.0);
+  auto req = comm->iallreduce(v.data(), v.size(), ht::comm::DType::kF64, ht::comm::ReduceOp::kSum);
+  req->wait();
+  EXPECT_TRUE(req->test());
+  for (double x : v) EXPECT_EQ(x, w * (w + 1) / 2.0);
+}
+
+TEST(CommAverager, LayoutMismatchIsAnError) {
+  auto comm = ht::comm::make_mpi_world();
+  auto t = values_for(comm->rank());
+  ParamAverager avg(*comm, t, {});
+  auto other = values_for(comm->rank(), 2);
+  EXPECT_THROW(avg.pack(other), ht::Error);
+}
+
+}  // namespace

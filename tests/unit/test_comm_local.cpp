@@ -1,0 +1,80 @@
+// The single-process communicator: averaging is the identity, the staging path is too, and the
+// pieces (pack/unpack, checksum, exchange-dtype parsing) behave without MPI.
+#include <gtest/gtest.h>
+
+#include "comm/communicator.h"
+#include "comm/param_averager.h"
+#include "core/error.h"
+
+namespace {
+
+std::vector<torch::Tensor> sample() {
+  torch::manual_seed(7);
+  return {torch::randn({4, 3}), torch::randn({5}), torch::randn({2, 2, 2})};
+}
+
+TEST(CommLocal, AverageOnOneRankIsIdentityOnEveryPath) {
+  auto comm = ht::comm::make_local();
+  for (bool staged : {false, true})
+    for (auto dt : {ht::comm::ExchangeDType::kF32, ht::comm::ExchangeDType::kBF16}) {
+      auto t = sample();
+      ht::comm::ParamAverager avg(*comm, t, {dt, 0, staged, "local"});
+      EXPECT_EQ(avg.path(), staged ? ht::comm::TransferPath::kStaged : ht::comm::TransferPath::kHostDirect);
+      avg.average(t);
+      auto ref = sample();
+      for (size_t i = 0; i < t.size(); ++i) {
+        if (dt == ht::comm::ExchangeDType::kF32)
+          EXPECT_TRUE(torch::equal(t[i], ref[i]));
+        else  // one rounding to bf16
+          EXPECT_TRUE(torch::allclose(t[i], ref[i], 1.0 / 256, 0));
+      }
+    }
+}
+
+TEST(CommLocal, PackUnpackRoundTripAndAddMode) {
+  auto comm = ht::comm::make_local();
+  auto t = sample();
+  ht::comm::ParamAverager avg(*comm, t, {});
+  EXPECT_EQ(avg.numel(), 12 + 5 + 8);
+  EXPECT_EQ(avg.bytes_per_call(), 25u * 4);
+  avg.pack(t);
+  auto zeros = std::vector<torch::Tensor>{torch::zeros({4, 3}), torch::zeros({5}), torch::zeros({2, 2, 2})};
+  avg.unpack(zeros);
+  for (size_t i = 0; i < t.size(); ++i) EXPECT_TRUE(torch::equal(zeros[i], t[i]));
+  avg.unpack(zeros, {}, /*add=*/true);
+  for (size_t i = 0; i < t.size(); ++i) EXPECT_TRUE(torch::equal(zeros[i], 2 * t[i]));
+}
+
+TEST(CommLocal, BucketCountFollowsBucketMb) {
+  auto comm = ht::comm::make_local();
+  std::vector<torch::Tensor> big{torch::zeros({3 * (1 << 20) / 4 + 10})};  // 3 MiB + 40 bytes of fp32
+  ht::comm::ParamAverager one(*comm, big, {});
+  ht::comm::ParamAverager four(*comm, big, {ht::comm::ExchangeDType::kF32, 1, false, "b"});
+  EXPECT_EQ(one.num_buckets(), 1u);
+  EXPECT_EQ(four.num_buckets(), 4u);
+}
+
+TEST(CommLocal, ExchangeDtypeParsing) {
+  EXPECT_EQ(ht::comm::parse_exchange_dtype("bf16"), ht::comm::ExchangeDType::kBF16);
+  EXPECT_EQ(ht::comm::parse_exchange_dtype("fp16"), ht::comm::ExchangeDType::kF16);
+  EXPECT_EQ(ht::comm::parse_exchange_dtype("fp32"), ht::comm::ExchangeDType::kF32);
+  try {
+    ht::comm::parse_exchange_dtype("fp8");
+    FAIL();
+  } catch (const ht::Error& e) {
+    EXPECT_EQ(e.code(), ht::ExitCode::kUsage);
+  }
+}
+
+TEST(CommLocal, ChecksumDependsOnValuesAndOrder) {
+  auto a = sample();
+  auto b = sample();
+  EXPECT_EQ(ht::comm::checksum(a), ht::comm::checksum(b));
+  std::swap(b[0], b[2]);
+  EXPECT_NE(ht::comm::checksum(a), ht::comm::checksum(b));
+  auto c = sample();
+  c[1][0] += 1e-6f;
+  EXPECT_NE(ht::comm::checksum(a), ht::comm::checksum(c));
+}
+
+}  // namespace

@@ -66,6 +66,12 @@ wait_for_line() {
   return 1
 }
 
+# Slurm keeps a requeued job from starting for ~2 min (its BeginTime) so that the old job's
+# launch credential, revoked at the requeue, cannot be confused with the new one. Tests need
+# not wait that long; they may not start it within the same second either ("Job credential
+# revoked"), so they release it a few seconds after the requeue.
+release_requeued() { timeout 10 scontrol update JobId="$1" StartTime=now+3; }
+
 show_output() { echo "----- job output: $1 -----"; cat "$1" 2>/dev/null; echo "----- end of $1 -----"; }
 
 # Submits a job script with extra sbatch options; prints the job id.

@@ -60,7 +60,7 @@ missing_ckpt)
   done
   say "job requeued; removing its checkpoint directory mc/checkpoints before it restarts"
   rm -rf mc/checkpoints
-  timeout 10 scontrol update JobId="$jid" StartTime=now
+  release_requeued "$jid"
   expect_failed_job "$jid" "$out" "restart 1 of job $jid: checkpoint directory 'mc/checkpoints' is missing"
   grep -q "launching:.*--resume" <(sed -n '/restart 1:/,$p' "$out") && fail "restart launched training anyway"
   say "PASS"
@@ -77,7 +77,7 @@ data_one_node)
   # Without the pre-flight, hpctrain itself must stop with a message and non-zero exit, not hang.
   jid=$(submit --time=5 --nodes=2 --ntasks-per-node=1 --job-name=dn0 \
         --export="ALL,HPCTRAIN=$HPCTRAIN,CONFIG=tiny.toml,DATA=$local_data,PREFLIGHT=0" "$JOBS/train.sbatch")
-  expect_failed_job "$jid" "hpctrain-dn0-$jid.out" "data\.h5"
+  expect_failed_job "$jid" "hpctrain-dn0-$jid.out" "\\[error\\].*local/data\\.h5"
   say "PASS"
   ;;
 *) fail "unknown case $case_name" ;;

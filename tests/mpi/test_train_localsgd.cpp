@@ -1,0 +1,313 @@
+// LocalSgd on real MPI ranks with a tiny linear model and rank-dependent data: sync counts,
+// bitwise-equal replicas, N=1 == synchronous gradient averaging, DiLoCo(1, 0) == averaging,
+// 16-bit exchange, staging == direct, drift, checksum mismatch, overlap semantics, bad input.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "comm/communicator.h"
+#include "comm/param_averager.h"
+#include "core/error.h"
+#include "train/local_sgd.h"
+
+namespace {
+
+using ht::config::LocalSgdConfig;
+using ht::train::LocalSgd;
+
+struct Replica {
+  torch::nn::Sequential model{nullptr};
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  int64_t out_;
+  // Different init per rank on purpose: LocalSgd must broadcast rank 0's weights.
+  Replica(int rank, int64_t out = 2, bool adam = false) : out_(out) {
+    torch::manual_seed(17 + rank);
+    model = torch::nn::Sequential(torch::nn::Linear(6, 5), torch::nn::Tanh(), torch::nn::Linear(5, out));
+    if (adam)
+      opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-2));
+    else
+      opt = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
+  }
+  void train_step(LocalSgd& lsgd, int rank, int step) {
+    torch::manual_seed(1000 * (rank + 1) + step);
+    auto x = torch::randn({8, 6});
+    auto y = torch::sin(x.sum(1, true) * (rank + 1)).repeat({1, out_});
+    opt->zero_grad();
+    auto loss = torch::mse_loss(model->forward(x), y);
+    loss.backward();
+    lsgd.after_backward();
+    opt->step();
+    lsgd.step();
+  }
+  std::vector<torch::Tensor> params() { return model->parameters(); }
+};
+
+LocalSgdConfig local(int64_t n) {
+  LocalSgdConfig c;
+  c.enabled = true;
+  c.steps = n;
+  return c;
+}
+
+void expect_close(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b, double atol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(torch::allclose(a[i], b[i], 0, atol)) << "tensor " << i << " max diff "
+                                                      << (a[i] - b[i]).abs().max().item<double>();
+}
+
+// Gathers every rank's flattened parameters and checks they are bitwise equal to this rank's.
+void expect_replicas_bitwise_equal(ht::comm::Communicator& comm, const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> flat;
+  for (auto& p : params) flat.push_back(p.detach().reshape({-1}));
+  auto mine = torch::cat(flat).contiguous();
+  auto all = torch::empty({comm.size(), mine.numel()});
+  comm.allgather(mine.data_ptr(), all.data_ptr(), static_cast<size_t>(mine.numel()) * 4);
+  for (int r = 0; r < comm.size(); ++r) EXPECT_TRUE(torch::equal(all[r], mine)) << "rank " << r << " differs";
+}
+
+std::vector<torch::Tensor> run(ht::comm::Communicator& comm, LocalSgdConfig cfg, int steps, bool finish = true) {
+  Replica rep(comm.rank());
+  LocalSgd lsgd(*rep.model, *rep.opt, comm, cfg);
+  for (int s = 0; s < steps; ++s) rep.train_step(lsgd, comm.rank(), s);
+  if (finish) lsgd.finish();
+  std::vector<torch::Tensor> out;
+  for (auto& p : rep.params()) out.push_back(p.detach().clone());
+  return out;
+}
+
+TEST(LocalSgd, StartsFromRankZeroWeights) {
+  auto comm = ht::comm::make_mpi_world();
+  Replica rep(comm->rank());
+  LocalSgd lsgd(*rep.model, *rep.opt, *comm, local(4));
+  expect_replicas_bitwise_equal(*comm, rep.params());
+  expect_close(rep.params(), Replica(0).params(), 0);
+}
+
+TEST(LocalSgd, SyncCountIsFloorOfStepsOverNPlusFinal) {
+  auto comm = ht::comm::make_mpi_world();
+  for (auto [n, warmup, steps] : {std::tuple{3, 0, 10}, std::tuple{3, 2, 10}, std::tuple{3, 0, 9}, std::tuple{1, 0, 5}}) {
+    Replica rep(comm->rank());
+    auto cfg = local(n);
+    cfg.warmup_steps = warmup;
+    LocalSgd lsgd(*rep.model, *rep.opt, *comm, cfg);
+    for (int s = 0; s < steps; ++s) rep.train_step(lsgd, comm->rank(), s);
+    const int64_t after_warmup = steps - warmup;
+    EXPECT_EQ(lsgd.stats().syncs, after_warmup / n) << "N=" << n << " warmup=" << warmup << " T=" << steps;
+    EXPECT_EQ(lsgd.stats().grad_allreduces, warmup);
+    EXPECT_EQ(lsgd.local_step(), after_warmup % n);
+    lsgd.finish();
+    lsgd.finish();  // idempotent
+    EXPECT_EQ(lsgd.stats().syncs, after_warmup / n + (after_warmup % n ? 1 : 0));
+    EXPECT_EQ(lsgd.local_step(), 0);
+    expect_replicas_bitwise_equal(*comm, rep.params());
+  }
+}
+
+TEST(LocalSgd, ReplicasBitwiseEqualAfterEverySync) {
+  auto comm = ht::comm::make_mpi_world();
+  Replica rep(comm->rank());
+  LocalSgd lsgd(*rep.model, *rep.opt, *comm, local(4));
+  for (int s = 0; s < 12; ++s) {
+    rep.train_step(lsgd, comm->rank(), s);
+    if (lsgd.local_step() == 0) expect_replicas_bitwise_equal(*comm, rep.params());
+  }
+  EXPECT_EQ(lsgd.stats().syncs, 3);
+}
+
+TEST(LocalSgd, NEqualsOneWithPlainSgdMatchesGradientAveraging) {
+  auto comm = ht::comm::make_mpi_world();
+  LocalSgdConfig dp;  // enabled = false: per-step gradient all-reduce
+  auto sync_grads = run(*comm, dp, 10);
+  auto local_sgd = run(*comm, local(1), 10);
+  expect_close(sync_grads, local_sgd, 1e-5);
+  auto independent = run(*comm, local(1000), 10, /*finish=*/false);  // sanity: the data differ per rank
+  if (comm->rank() == 1) {
+    double diff = 0;
+    for (size_t i = 0; i < independent.size(); ++i) diff += (independent[i] - sync_grads[i]).abs().sum().item<double>();
+    EXPECT_GT(diff, 1e-3);
+  }
+}
+
+TEST(LocalSgd, DilocoWithOuterLrOneAndNoMomentumEqualsAveraging) {
+  auto comm = ht::comm::make_mpi_world();
+  auto cfg = local(4);
+  auto plain = run(*comm, cfg, 14);
+  cfg.outer = "diloco";
+  cfg.outer_lr = 1.0;
+  cfg.outer_momentum = 0.0;
+  expect_close(plain, run(*comm, cfg, 14), 1e-6);
+  cfg.outer_lr = 0.7;
+  cfg.outer_momentum = 0.9;
+  auto nesterov = run(*comm, cfg, 14);  // consistency check inside: replicas agree after each outer step
+  double diff = 0;
+  for (size_t i = 0; i < plain.size(); ++i) diff += (plain[i] - nesterov[i]).abs().sum().item<double>();
+  EXPECT_GT(diff, 1e-4);
+  expect_replicas_bitwise_equal(*comm, nesterov);
+}
+
+TEST(LocalSgd, SixteenBitExchangeStaysCloseToFp32) {
+  auto comm = ht::comm::make_mpi_world();
+  auto ref = run(*comm, local(3), 9);
+  for (const char* dt : {"bf16", "fp16"}) {
+    auto cfg = local(3);
+    cfg.comm_dtype = dt;
+    auto got = run(*comm, cfg, 9);
+    // 3 syncs, each rounding params of magnitude < 1 to 16 bits (<= 2^-8 relative for bf16).
+    expect_close(ref, got, std::string(dt) == "bf16" ? 2e-2 : 3e-3);
+    expect_replicas_bitwise_equal(*comm, got);
+  }
+}
+
+TEST(LocalSgd, StagingPathGivesTheSameParamsAsDirectPath) {
+  auto comm = ht::comm::make_mpi_world();
+  auto direct = run(*comm, local(2), 6);
+  setenv("HPCTRAIN_COMM_FORCE_STAGING", "1", 1);
+  auto staged = run(*comm, local(2), 6);
+  unsetenv("HPCTRAIN_COMM_FORCE_STAGING");
+  expect_close(direct, staged, 0);
+}
+
+TEST(LocalSgd, DriftIsZeroAfterSyncAndPositiveAfterLocalSteps) {
+  auto comm = ht::comm::make_mpi_world();
+  Replica rep(comm->rank());
+  LocalSgd lsgd(*rep.model, *rep.opt, *comm, local(4));
+  EXPECT_LT(lsgd.measure_drift(), 1e-6);  // identical start
+  for (int s = 0; s < 3; ++s) rep.train_step(lsgd, comm->rank(), s);
+  const double before = lsgd.measure_drift();
+  EXPECT_GT(before, 1e-4);
+  rep.train_step(lsgd, comm->rank(), 3);  // 4th step: sync
+  EXPECT_EQ(lsgd.stats().syncs, 1);
+  EXPECT_GT(lsgd.stats().last_drift, 1e-4);  // measured at the sync, before averaging
+  EXPECT_LT(lsgd.measure_drift(), 1e-6);      // W=3: the mean of equal values may round by an ulp
+}
+
+TEST(LocalSgd, ForcedChecksumMismatchIsDetected) {
+  auto comm = ht::comm::make_mpi_world();
+  Replica rep(comm->rank());
+  LocalSgd lsgd(*rep.model, *rep.opt, *comm, local(2));
+  const int rank = comm->rank();
+  auto p0 = rep.params()[0];
+  lsgd.set_post_average_hook([&] {
+    torch::NoGradGuard g;
+    if (rank == comm->size() - 1) p0.view({-1})[0] += 1e-4f;
+  });
+  rep.train_step(lsgd, rank, 0);
+  try {
+    rep.train_step(lsgd, rank, 1);
+    FAIL() << "mismatch not detected";
+  } catch (const ht::Error& e) {
+    EXPECT_EQ(e.code(), ht::ExitCode::kRuntime);
+    EXPECT_NE(std::string(e.what()).find(fmt::format("rank {}", comm->size() - 1)), std::string::npos) << e.what();
+  }
+}
+
+// Overlap k=1, N=4: the average of the step-4 snapshot is applied after step 5 as
+// params := mean(P4) + (P5 - P4).
+TEST(LocalSgd, OverlapAppliesDeltaCorrectedAverage) {
+  auto comm = ht::comm::make_mpi_world();
+  Replica rep(comm->rank());
+  auto cfg = local(4);
+  cfg.overlap_steps = 1;
+  LocalSgd lsgd(*rep.model, *rep.opt, *comm, cfg);
+  for (int s = 0; s < 3; ++s) rep.train_step(lsgd, comm->rank(), s);
+  std::vector<torch::Tensor> p4, mean4, p5;
+  // Step 4 by hand up to the optimizer step, so P4 can be captured before lsgd.step() snapshots it.
+  rep.train_step(lsgd, comm->rank(), 3);
+  EXPECT_EQ(lsgd.stats().syncs, 1);
+  for (auto& p : rep.params()) p4.push_back(p.detach().clone());  // step() started the exchange, params untouched
+  for (auto& p : p4) {
+    auto all = torch::empty({comm->size(), p.numel()});
+    auto c = p.contiguous();
+    comm->allgather(c.data_ptr(), all.data_ptr(), static_cast<size_t>(p.numel()) * 4);
+    mean4.push_back(all.sum(0).div(comm->size()).view(p.sizes()));
+  }
+  // Step 5: capture P5 right before lsgd.step() applies the average.
+  torch::manual_seed(1000 * (comm->rank() + 1) + 4);
+  auto x = torch::randn({8, 6});
+  auto y = torch::sin(x.sum(1, true) * (comm->rank() + 1)).repeat({1, 2});
+  rep.opt->zero_grad();
+  torch::mse_loss(rep.model->forward(x), y).backward();
+  lsgd.after_backward();
+  rep.opt->step();
+  for (auto& p : rep.params()) p5.push_back(p.detach().clone());
+  lsgd.step();
+  auto now = rep.params();
+  for (size_t i = 0; i < now.size(); ++i)
+    EXPECT_TRUE(torch::allclose(now[i], mean4[i] + (p5[i] - p4[i]), 0, 1e-6)) << "tensor " << i;
+  lsgd.finish();
+  EXPECT_EQ(lsgd.stats().syncs, 2);
+  expect_replicas_bitwise_equal(*comm, rep.params());
+}
+
+TEST(LocalSgd, AveragedOptimizerMomentsAgreeAcrossRanks) {
+  auto comm = ht::comm::make_mpi_world();
+  Replica rep(comm->rank(), 2, /*adam=*/true);
+  auto cfg = local(3);
+  cfg.optimizer_state = "average";
+  LocalSgd lsgd(*rep.model, *rep.opt, *comm, cfg);
+  for (int s = 0; s < 3; ++s) rep.train_step(lsgd, comm->rank(), s);
+  std::vector<torch::Tensor> moments;
+  for (auto& p : rep.params()) {
+    auto& st = static_cast<torch::optim::AdamParamState&>(*rep.opt->state().at(p.unsafeGetTensorImpl()));
+    moments.push_back(st.exp_avg());
+    moments.push_back(st.exp_avg_sq());
+  }
+  EXPECT_NO_THROW(ht::comm::verify_replicas_equal(*comm, ht::comm::checksum(moments), "moments"));
+  const uint64_t params_bytes = 4 * (6 * 5 + 5 + 5 * 2 + 2);
+  EXPECT_GE(lsgd.stats().bytes_last_sync, 3 * params_bytes);  // params + two moments
+}
+
+TEST(LocalSgd, BytesPerSyncAndDataParallelBytes) {
+  auto comm = ht::comm::make_mpi_world();
+  Replica a(comm->rank()), b(comm->rank());
+  LocalSgd lsgd(*a.model, *a.opt, *comm, local(4));
+  LocalSgd dp(*b.model, *b.opt, *comm, LocalSgdConfig{});
+  for (int s = 0; s < 8; ++s) a.train_step(lsgd, comm->rank(), s), b.train_step(dp, comm->rank(), s);
+  EXPECT_EQ(dp.stats().grad_allreduces, 8);
+  EXPECT_EQ(lsgd.stats().syncs, 2);
+  EXPECT_EQ(dp.stats().bytes_sent, 4 * lsgd.stats().bytes_sent);  // same payload, 4x as often
+}
+
+TEST(LocalSgd, RanksThatDisagreeOnTheModelShapeFailNamingTheRank) {
+  auto comm = ht::comm::make_mpi_world();
+  Replica rep(comm->rank(), comm->rank() == 1 ? 3 : 2);
+  try {
+    LocalSgd lsgd(*rep.model, *rep.opt, *comm, local(4));
+    FAIL() << "shape mismatch not detected";
+  } catch (const ht::Error& e) {
+    EXPECT_EQ(e.code(), ht::ExitCode::kUsage);
+    EXPECT_NE(std::string(e.what()).find("rank(s) 1 disagree"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LocalSgd, StepsBelowOneIsRejected) {
+  auto comm = ht::comm::make_mpi_world();
+  Replica rep(comm->rank());
+  EXPECT_THROW(LocalSgd(*rep.model, *rep.opt, *comm, local(0)), ht::Error);
+}
+
+TEST(LocalSgd, StateRoundTripRestoresCounters) {
+  auto comm = ht::comm::make_mpi_world();
+  auto cfg = local(4);
+  cfg.outer = "diloco";
+  Replica rep(comm->rank());
+  LocalSgd lsgd(*rep.model, *rep.opt, *comm, cfg);
+  for (int s = 0; s < 6; ++s) rep.train_step(lsgd, comm->rank(), s);
+  auto ints = lsgd.state_ints();
+  auto tensors = lsgd.state_tensors();
+  EXPECT_EQ(ints.at("steps"), 6);
+  EXPECT_EQ(ints.at("since_sync"), 2);
+  ASSERT_EQ(tensors.count("outer_global"), 1u);
+  Replica rep2(comm->rank());
+  LocalSgd restored(*rep2.model, *rep2.opt, *comm, cfg);
+  restored.load_state(tensors, ints);
+  EXPECT_EQ(restored.stats().steps, 6);
+  EXPECT_EQ(restored.local_step(), 2);
+  EXPECT_EQ(restored.stats().syncs, 1);
+  EXPECT_TRUE(torch::equal(restored.state_tensors().at("outer_momentum"), tensors.at("outer_momentum")));
+  lsgd.finish();
+  restored.finish();
+}
+
+}  // namespace

@@ -110,8 +110,10 @@ def run_ours(a, name, cfg, overrides, timeout=900):
     rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
     steps = [r for r in rows if "loss" in r and "step" in r]
     evals = [r["eval_loss"] for r in rows if "eval_loss" in r]
-    return collect(steps, evals[-1] if evals else None, sorted(rss, reverse=True)[: a.ranks],
-                   max((r.get("peak_step_bytes", 0) for r in steps), default=None), a)
+    r = collect(steps, evals[-1] if evals else None, sorted(rss, reverse=True)[: a.ranks],
+                max((r.get("peak_step_bytes", 0) for r in steps), default=None), a)
+    r["phases_per_step"] = {"comm_s": steps[-1].get("comm_seconds", 0.0) / len(steps)}
+    return r
 
 
 def run_theirs(a, name, cfg, variant, overrides, recompute, timeout=900):
@@ -126,8 +128,10 @@ def run_theirs(a, name, cfg, variant, overrides, recompute, timeout=900):
     sh(cmd, out + ".log", base_env(), timeout)
     steps = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
     summaries = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(out, "summary-rank*.json")))]
-    return collect(steps, summaries[0]["val_loss"] if summaries else None,
-                   [s["peak_rss_bytes"] for s in summaries], None, a)
+    r = collect(steps, summaries[0]["val_loss"] if summaries else None,
+                [s["peak_rss_bytes"] for s in summaries], None, a)
+    r["phases_per_step"] = {k: v / len(steps) for k, v in summaries[0].get("phase_seconds", {}).items()}
+    return r
 
 
 def collect(steps, val_loss, rss, alloc_peak, a):
@@ -140,7 +144,7 @@ def collect(steps, val_loss, rss, alloc_peak, a):
     tokens = steady[-1]["tokens_seen"] - steps[a.warmup - 1]["tokens_seen"] if a.warmup > 0 else steady[-1]["tokens_seen"]
     return {"tokens_per_s": tokens / seconds, "val_loss": val_loss, "peak_rss_bytes": rss,
             "alloc_peak_bytes": alloc_peak, "bytes_per_step": steps[-1].get("bytes_per_step", 0.0),
-            "final_loss": steps[-1]["loss"]}
+            "final_loss": steps[-1]["loss"], "step_s": statistics.median(s["step_seconds"] for s in steady)}
 
 
 def plan(a):
@@ -191,6 +195,19 @@ def report(a, results, started):
             alloc = mib(r["runs"][-1]["alloc_peak_bytes"]) if r["runs"][-1]["alloc_peak_bytes"] else "-"
             lines.append(f"| {conf} | {side} | {med:.0f} [{min(tps):.0f}-{max(tps):.0f}] | {ratio} | {rss} | {alloc} | "
                          f"{r['runs'][-1]['bytes_per_step']:.0f} | {val:.4f} | {dval} |")
+    lines += ["", "Where the time goes (rank 0, last pair, seconds per step): step = median step time; ours comm = "
+              "time inside our averaging (pack, MPI_Allreduce, unpack); theirs fwd_bwd includes data reading and "
+              "DDP's gradient all-reduce overlapped with backward; average = PeriodicModelAverager / LocalSGD step.", "",
+              "| configuration | side | step s | comm / average s | fwd_bwd s | clip+opt s |", "|---|---|---|---|---|---|"]
+    for (conf, side), r in results.items():
+        if r["errors"] or not r["runs"]:
+            continue
+        x = r["runs"][-1]
+        ph = x.get("phases_per_step", {})
+        comm = ph.get("comm_s", ph.get("average_s", 0.0))
+        fb = f"{ph['fwd_bwd_s']:.4f}" if "fwd_bwd_s" in ph else "-"
+        co = f"{ph['clip_opt_s']:.4f}" if "clip_opt_s" in ph else "-"
+        lines.append(f"| {conf} | {side} | {x['step_s']:.4f} | {comm:.4f} | {fb} | {co} |")
     return "\n".join(lines)
 
 

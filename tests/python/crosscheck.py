@@ -52,16 +52,25 @@ steps = 4
 
 
 def param_diff(ours, theirs):
-    """(max over tensors of max|a-b| / max(max|b|, 1e-3), name of the worst tensor, max |a-b|)."""
-    worst, name, abs_max = 0.0, "", 0.0
+    """(max |a-b| over all parameters / largest |b| of all parameters, worst per-tensor max|a-b| / max|b|
+    with its tensor name, max |a-b|)."""
+    worst, name, abs_max, scale = 0.0, "", 0.0, 0.0
     for k, b in theirs.items():
-        a = ours[k]
-        d = float((a - b).abs().max())
-        rel = d / max(float(b.abs().max()), 1e-3)
-        abs_max = max(abs_max, d)
-        if rel >= worst:
-            worst, name = rel, k
-    return worst, name, abs_max
+        d = float((ours[k] - b).abs().max())
+        mag = float(b.abs().max())
+        abs_max, scale = max(abs_max, d), max(scale, mag)
+        if d / max(mag, 1e-12) >= worst:
+            worst, name = d / max(mag, 1e-12), k
+    return abs_max / scale, worst, name, abs_max
+
+
+def check_params(c, what, ours_path, theirs_path):
+    """Parameters agree within float tolerance: 1e-4 of the parameters' scale overall and 1e-3 of each
+    tensor's own largest magnitude (AdamW normalises updates, so components whose gradient is at rounding
+    level can move by a few ulps of lr in either direction: small biases show the largest relative diff)."""
+    rel, worst, name, d = param_diff(read_checkpoint_params_any(ours_path), read_checkpoint_params_any(theirs_path))
+    c.check(rel < 1e-4, f"{what}: max |diff| {d:.2e} = {rel:.2e} of the parameter scale (< 1e-4)")
+    c.check(worst < 1e-3, f"{what}: worst tensor {name}: max |diff| / max |value| = {worst:.2e} (< 1e-3)")
 
 
 def main():
@@ -98,9 +107,7 @@ def main():
     rel_all = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(ours, ref))
     c.check(rel_all <= 1e-4, f"all {STEPS} step losses agree: max relative diff {rel_all:.2e} <= 1e-4")
     c.check(ours[-1]["loss"] < ours[0]["loss"] - 0.5, f"loss decreases ({ours[0]['loss']:.3f} -> {ours[-1]['loss']:.3f})")
-    worst, name, d = param_diff(read_checkpoint_params_any(latest_checkpoint(f"{w}/ours_dp")),
-                                read_checkpoint_params_any(f"{w}/ref_ddp.h5"))
-    c.check(worst < 1e-4, f"parameters after {STEPS} DP steps: max |diff| {d:.2e}, worst relative {worst:.2e} ({name}) < 1e-4")
+    check_params(c, f"parameters after {STEPS} DP steps", latest_checkpoint(f"{w}/ours_dp"), f"{w}/ref_ddp.h5")
 
     # 2. Local SGD, N = 4, optimizer moments kept local (Accelerate's behaviour).
     lsgd = ["local_sgd.enabled=true", "local_sgd.steps=4", "local_sgd.optimizer_state=local", "local_sgd.warmup_steps=0"]
@@ -110,12 +117,10 @@ def main():
     ours, ref = step_lines(f"{w}/ours_lsgd/metrics.jsonl"), step_lines(f"{w}/ref_accel/metrics.jsonl")
     rel_all = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(ours, ref))
     c.check(rel_all <= 1e-4, f"local SGD: all {STEPS} rank-0 losses agree: max relative diff {rel_all:.2e} <= 1e-4")
-    worst, name, d = param_diff(read_checkpoint_params_any(latest_checkpoint(f"{w}/ours_lsgd")),
-                                read_checkpoint_params_any(f"{w}/ref_accel.h5"))
-    c.check(worst < 1e-4, f"parameters after {STEPS} local-SGD steps vs Accelerate LocalSGD: max |diff| {d:.2e}, "
-            f"worst relative {worst:.2e} ({name}) < 1e-4")
-    ours_bytes, ref_bytes = ours[-1].get("bytes_sent"), ref[-1]["bytes_sent"]
-    print(f"info: bytes sent per rank over {STEPS} steps: ours {ours_bytes}, Accelerate {ref_bytes}")
+    check_params(c, f"parameters after {STEPS} local-SGD steps vs Accelerate LocalSGD",
+                 latest_checkpoint(f"{w}/ours_lsgd"), f"{w}/ref_accel.h5")
+    c.check(ours[-1].get("bytes_sent") == ref[-1]["bytes_sent"],
+            f"local SGD bytes per rank over {STEPS} steps: ours {ours[-1].get('bytes_sent')} == Accelerate {ref[-1]['bytes_sent']}")
     c.check(all(math.isfinite(x["loss"]) for x in ours + ref), "no NaN")
     return c.finish()
 

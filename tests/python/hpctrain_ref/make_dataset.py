@@ -46,7 +46,9 @@ def write(path, docs, val_fraction=0.1):
     splits = {"train": encode(docs[n_val:]), "val": encode(docs[:n_val])}
     with h5py.File(path, "w") as f:
         for k, v in {"format": "hpctrain-dataset", "task": "causal-lm", "tokenizer": "byte"}.items():
-            f.attrs[k] = v
+            # Fixed-length ASCII: hpctrain's io::attr_string reads variable-length strings as ASCII only,
+            # and HDF5 does not convert h5py's default variable-length UTF-8 to that.
+            f.attrs[k] = np.bytes_(v)
         for k, v in {"format_version": 1, "vocab_size": VOCAB, "pad_id": PAD_ID, "eos_id": EOS_ID,
                      "num_tokens": sum(len(t) for t, _ in splits.values())}.items():
             f.attrs[k] = np.int64(v)

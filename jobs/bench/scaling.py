@@ -113,9 +113,11 @@ def plot(args, results, base):
 set output '{png}'
 set multiplot layout 1,2 title 'hpctrain scaling ({args.machine})'
 set xlabel 'ranks'; set ylabel 'tokens/s'; set key top left; set xtics (1,2,4); set grid
+set xrange [0.9:4.3]; set yrange [0:*]
 plot '{dat}' index 0 u 1:2 w lp t 'strong (global batch 16)', '' index 0 u 1:3 w l dt 2 t 'strong ideal', \\
      '' index 1 u 1:2 w lp t 'weak (4/rank)', '' index 1 u 1:3 w l dt 2 t 'weak ideal'
 set xlabel 'local SGD steps N (4 ranks)'; set logscale x 2; set xtics (1,4,16); set ylabel 'tokens/s'
+set xrange [0.8:20]; set yrange [0:*]; set y2range [0:*]
 set y2label 'comm ms/step'; set y2tics; set ytics nomirror
 plot '{dat}' index 2 u 1:2 w lp t 'tokens/s', '' index 2 u 1:3 axes x1y2 w lp t 'comm ms/step'
 unset multiplot

@@ -1,10 +1,11 @@
 #!/bin/bash
 # chain.sbatch end to end with Slurm's own time-limit signal: a 2-link job array (%1), each link
-# with a 1-minute limit and --signal=B:USR1@45, so Slurm itself signals each link before its
-# limit; link 0 checkpoints and ends, link 1 resumes from that checkpoint, and is signalled too.
+# with a 1-minute limit and --signal=B:USR1@5, so Slurm itself signals each link before its
+# limit (Slurm checks limits every 30 s and signals up to 30 s early: between 25 s and 55 s after
+# the start); link 0 checkpoints and ends, link 1 resumes from that checkpoint, and is signalled too.
 source "$(dirname "$0")/lib.sh"
 new_workdir chain
-jid=$(submit --array=0-1%1 --time=1 --signal=B:USR1@45 --nodes=1 --ntasks-per-node=2 --job-name=chain \
+jid=$(submit --array=0-1%1 --time=1 --signal=B:USR1@5 --nodes=1 --ntasks-per-node=2 --job-name=chain \
       --export="ALL,HPCTRAIN=$HPCTRAIN,CONFIG=tiny.toml,RUN_DIR=chainrun,SETS=train.max_steps=1000000,HPCTRAIN_ROOT=$HPCTRAIN_SOURCE_DIR" \
       "$JOBS/chain.sbatch") || fail "sbatch refused the chain"
 say "chain job array $jid"

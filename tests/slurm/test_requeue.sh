@@ -10,7 +10,7 @@ common=(--time=5 --nodes=1 --ntasks-per-node=2)
 env_for() { echo "ALL,HPCTRAIN=$HPCTRAIN,CONFIG=tiny.toml,RUN_DIR=$1,SETS=$SETS,MAX_REQUEUES=2"; }
 
 # 1. The reference: no interruption.
-ref=$(submit "${common[@]}" --job-name=ref --export="$(env_for ref)" "$JOBS/train.sbatch") || fail "sbatch refused the reference job"
+ref=$(submit "${common[@]}" --job-name=ref --export="$(env_for ref),PREFLIGHT=0" "$JOBS/train.sbatch") || fail "sbatch refused the reference job"
 say "reference job $ref"
 st=$(wait_job "$ref"); show_output "hpctrain-ref-$ref.out"
 [ "$st" = COMPLETED ] || fail "reference job $ref ended $st"

@@ -55,6 +55,9 @@ class Manager {
 
 // --- Local (non-collective) helpers: tools, eval, tests. -----------------------------------------
 
+// Creates the checkpoint directory (and parents) if needed; throws ht::Error(kData) naming it if
+// that fails or it is not writable. Lets a trainer fail at setup rather than at its first save.
+void prepare_directory(const std::string& dir);
 // "ckpt-00000010.h5" for step 10.
 std::string file_name_for_step(int64_t step);
 // Final checkpoint files (ckpt-<step>.h5) in dir, newest step first; empty if dir is missing.

@@ -61,6 +61,8 @@ std::optional<int64_t> step_of(const std::string& file_name) {
 
 }  // namespace
 
+void prepare_directory(const std::string& dir) { detail::ensure_writable_dir(dir); }
+
 std::string file_name_for_step(int64_t step) { return fmt::format("ckpt-{:08d}.h5", step); }
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {

@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# End-to-end checkpoint cases through the real binary under mpirun. Usage: run.sh CASE.
+# Environment from ctest: HPCTRAIN, MPIEXEC, MPIEXEC_FLAGS (a ;-list), H5DIFF, H5DUMP, OpenMPI root vars.
+# "Bit-identical" = h5diff exit 0 on /model (and the optimizer, counters and per-rank RNG groups) of the
+# final checkpoints, plus equal per-step losses in metrics.jsonl.
+set -uo pipefail
+CASE="$1"
+WORK=$(mktemp -d /tmp/ht-ckpt-cli-XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+IFS=';' read -r -a MPIFLAGS <<<"${MPIEXEC_FLAGS:-}"
+H5DIFF=${H5DIFF:-$(command -v h5diff)}
+H5DUMP=${H5DUMP:-$(command -v h5dump)}
+if [ ! -x "$H5DIFF" ] || [ ! -x "$H5DUMP" ]; then echo "SKIP: h5diff/h5dump not found (apt-get install hdf5-tools)"; exit 77; fi
+H5LS="$(dirname "$H5DIFF")/h5ls"
+FORTUNES=/usr/share/games/fortunes
+
+fail() { echo "FAIL($CASE): $*" >&2; exit 1; }
+note() { echo "--- $*"; }
+mpi() { local np=$1; shift; timeout 300 "$MPIEXEC" -np "$np" "${MPIFLAGS[@]}" "$@"; }
+
+lm_data() {
+  "$HPCTRAIN" prepare --input "$FORTUNES/fortunes" --output "$WORK/lm.h5" --val-fraction 0.1 >"$WORK/prepare.log" 2>&1 \
+    || { cat "$WORK/prepare.log"; fail "prepare failed"; }
+}
+# Tiny model, CPU, one thread per rank, no eval, a metrics line per step, 20 steps.
+BASE=(--set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set model.seq_len=64
+      --set train.micro_batch_size=4 --set train.lr=3e-3 --set train.warmup_steps=2 --set train.threads=1
+      --set train.peak_flops=1e12 --set train.device=cpu --set eval.strategy=no --set log.every_steps=1
+      --set train.max_steps=20 --set checkpoint.keep=5)
+
+# train LOG OUTDIR WANT_RC NP ARGS...: `hpctrain train` on NP ranks, output in $WORK/LOG.log.
+train() {
+  local log=$1 out=$2 want=$3 np=$4; shift 4
+  mpi "$np" "$HPCTRAIN" train --set data.path="$WORK/lm.h5" "${BASE[@]}" --set train.output_dir="$WORK/$out" "$@" \
+    >"$WORK/$log.log" 2>&1
+  local rc=$?
+  [ "$rc" -eq 124 ] && { tail -30 "$WORK/$log.log"; fail "$log: timed out (a rank hung?)"; }
+  [ "$rc" -eq "$want" ] || { tail -40 "$WORK/$log.log"; fail "$log: exit code $rc, expected $want"; }
+  note "$log: exit code $rc as expected"
+}
+has() { grep -q -- "$2" "$WORK/$1.log" || { tail -30 "$WORK/$1.log"; fail "$1.log lacks '$2'"; }; }
+ckpt() { echo "$WORK/$1/checkpoints/$(printf 'ckpt-%08d.h5' "$2")"; }
+
+# Every state group of two checkpoints identical (h5diff exit 0); only provenance attributes may differ.
+same_checkpoint() {
+  local a=$1 b=$2 g
+  [ -f "$a" ] || fail "missing $a"
+  [ -f "$b" ] || fail "missing $b"
+  for g in model model_buffers optimizer local_sgd state rank; do
+    "$H5LS" "$a/$g" >/dev/null 2>&1 || continue
+    "$H5DIFF" "$a" "$b" "/$g" "/$g" >"$WORK/h5diff.txt" 2>&1 \
+      || { head -20 "$WORK/h5diff.txt"; fail "/$g differs: h5diff $a $b /$g"; }
+  done
+  "$H5DIFF" "$a" "$b" /model /model || fail "h5diff /model"
+  note "h5diff: /model and all state groups identical ($(basename "$a"))"
+}
+
+# Per-step losses equal (exact doubles) for steps > FROM in two metrics files.
+same_losses() {
+  python3 - "$1" "$2" "$3" <<'PY' || fail "losses differ"
+import json, sys
+def losses(p):
+    return {l["step"]: l["loss"] for l in map(json.loads, open(p)) if "loss" in l}
+a, b, start = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3])
+steps = sorted(s for s in a if s > start)
+assert steps and all(s in b for s in steps), (steps, sorted(b))
+bad = [(s, a[s], b[s]) for s in steps if a[s] != b[s]]
+assert not bad, f"loss differs at {bad[:3]}"
+print(f"--- losses of steps {steps[0]}..{steps[-1]} identical")
+PY
+}
+
+# Flips the middle byte of the stored data of DATASET (found by content) in FILE.
+flip_in_dataset() {
+  local file=$1 ds=$2
+  "$H5DUMP" -d "$ds" -b LE -o "$WORK/raw.bin" "$file" >/dev/null || fail "h5dump -b $ds"
+  python3 - "$file" "$WORK/raw.bin" <<'PY' || fail "flip"
+import sys
+path, raw = sys.argv[1], open(sys.argv[2], "rb").read()
+data = bytearray(open(path, "rb").read())
+at = data.find(raw)
+assert at >= 0 and len(raw) > 16, "dataset bytes not found"
+data[at + len(raw) // 2] ^= 0x5A
+open(path, "wb").write(data)
+print(f"--- flipped byte {at + len(raw) // 2} of {path}")
+PY
+}
+
+# The rank processes of an mpirun (its children).
+ranks_of() { pgrep -P "$1" -f hpctrain; }
+wait_for_file() {
+  local f=$1 i
+  for i in $(seq 1 600); do [ -e "$f" ] && return 0; sleep 0.2; done
+  fail "timed out waiting for $f"
+}
+
+# 20 steps straight vs the same run resumed from its step-10 checkpoint in a fresh process.
+resume_case() {
+  local np=$1; shift
+  lm_data
+  train ref ref 0 "$np" --set checkpoint.every_steps=10 "$@"
+  train resumed resumed 0 "$np" --resume-from "$(ckpt ref 10)" --set checkpoint.every_steps=10 "$@"
+  has resumed "resumed at step 10"
+  same_checkpoint "$(ckpt ref 20)" "$(ckpt resumed 20)"
+  same_losses "$WORK/ref/metrics.jsonl" "$WORK/resumed/metrics.jsonl" 10
+}
+
+case "$CASE" in
+  resume_np1) resume_case 1 ;;
+  resume_np2) resume_case 2 ;;
+  resume_local_sgd)
+    resume_case 2 --set local_sgd.enabled=true --set local_sgd.steps=4 --set local_sgd.optimizer_state=local ;;
+  resume_dropout) resume_case 2 --set model.dropout=0.1 ;;
+  resume_grad_accum) resume_case 2 --set train.grad_accum_steps=2 ;;
+  resume_recompute) resume_case 2 --set recompute.policy=full --set model.dropout=0.1 ;;
+
+  ranks_change)
+    # Same global batch (12 samples): 2 x 6 -> 1 x 12 and 3 x 4.
+    lm_data
+    train ref ref 0 2 --set checkpoint.every_steps=10 --set train.micro_batch_size=6
+    train to1 to1 0 1 --resume-from "$(ckpt ref 10)" --set checkpoint.every_steps=10 --set train.micro_batch_size=12
+    train to3 to3 0 3 --resume-from "$(ckpt ref 10)" --set checkpoint.every_steps=10 --set train.micro_batch_size=4
+    for r in to1 to3; do
+      has $r "resumed at step 10"
+      has $r "checkpoint was written by 2 ranks"
+      for ds in /state/step /state/tokens_seen /state/global_batch /state/loader; do
+        "$H5DIFF" "$(ckpt ref 20)" "$(ckpt $r 20)" $ds $ds >/dev/null || fail "$r: $ds differs from the 2-rank run"
+      done
+    done
+    note "data position (tokens_seen, loader state) after 2->1 and 2->3 equals the uninterrupted 2-rank run"
+    python3 - "$WORK/ref/metrics.jsonl" "$WORK/to1/metrics.jsonl" "$WORK/to3/metrics.jsonl" <<'PY' || fail "loss"
+import json, sys
+last = [[l["loss"] for l in map(json.loads, open(p)) if "loss" in l][-1] for p in sys.argv[1:]]
+print(f"--- final loss: 2 ranks {last[0]:.5f}, 2->1 {last[1]:.5f}, 2->3 {last[2]:.5f}")
+assert all(abs(x - last[0]) < 0.02 * last[0] for x in last), "continuation diverged"
+PY
+    ;;
+
+  sigkill_mid_save)
+    lm_data
+    train ref ref 0 2 --set checkpoint.every_steps=5
+    # The save at step 10 sleeps half-way (HPCTRAIN_TEST_SLOW_SAVE_MS); SIGKILL every rank then.
+    HPCTRAIN_TEST_SLOW_SAVE_MS=3000 "$MPIEXEC" -np 2 "${MPIFLAGS[@]}" "$HPCTRAIN" train --set data.path="$WORK/lm.h5" \
+      "${BASE[@]}" --set train.output_dir="$WORK/crash" --set checkpoint.every_steps=5 >"$WORK/crash.log" 2>&1 &
+    runner=$!
+    wait_for_file "$WORK/crash/checkpoints/ckpt-00000010.h5.tmp"
+    pids=$(ranks_of $runner)
+    [ -n "$pids" ] || fail "no rank processes found"
+    kill -9 $pids
+    wait $runner
+    note "killed ranks $pids with SIGKILL during the step-10 save"
+    [ ! -e "$(ckpt crash 10)" ] || fail "a half-written checkpoint carries the final name"
+    [ "$(cat "$WORK/crash/checkpoints/latest")" = "ckpt-00000005.h5" ] || fail "latest moved"
+    "$HPCTRAIN" inspect "$(ckpt crash 5)" >"$WORK/inspect.log" 2>&1 || { cat "$WORK/inspect.log"; fail "ckpt 5 damaged"; }
+    train resume crash 0 2 --set checkpoint.every_steps=5 --resume
+    has resume "resumed at step 5"
+    has resume "left by an interrupted save"
+    [ ! -e "$WORK/crash/checkpoints/ckpt-00000010.h5.tmp" ] || fail "stale tmp not removed"
+    same_checkpoint "$(ckpt ref 20)" "$(ckpt crash 20)"
+    same_losses "$WORK/ref/metrics.jsonl" "$WORK/crash/metrics.jsonl" 5
+    ;;
+
+  flipped_byte)
+    lm_data
+    train ref ref 0 2 --set checkpoint.every_steps=5 --set checkpoint.keep=3
+    cp "$(ckpt ref 20)" "$WORK/pristine20.h5"
+    flip_in_dataset "$(ckpt ref 20)" /model/wte.weight
+    "$HPCTRAIN" inspect "$(ckpt ref 20)" >"$WORK/inspect.log" 2>&1
+    [ $? -eq 2 ] || { cat "$WORK/inspect.log"; fail "inspect of a damaged file must exit 2"; }
+    has inspect "checksums: DAMAGED"
+    train resume ref 0 2 --set checkpoint.every_steps=5 --set checkpoint.keep=3 --resume
+    has resume "ckpt-00000020.h5 is damaged"
+    has resume "falling back to $WORK/ref/checkpoints/ckpt-00000015.h5"
+    has resume "resumed at step 15"
+    grep -m1 "is damaged" "$WORK/resume.log"
+    same_checkpoint "$WORK/pristine20.h5" "$(ckpt ref 20)"
+    ;;
+
+  sigterm_requeue)
+    lm_data
+    train ref ref 0 2 --set checkpoint.every_steps=1
+    HPCTRAIN_TEST_SLOW_SAVE_MS=300 "$MPIEXEC" -np 2 "${MPIFLAGS[@]}" "$HPCTRAIN" train --set data.path="$WORK/lm.h5" \
+      "${BASE[@]}" --set train.output_dir="$WORK/term" --set checkpoint.every_steps=1 >"$WORK/term.log" 2>&1 &
+    runner=$!
+    wait_for_file "$(ckpt term 3)"
+    pids=$(ranks_of $runner)
+    [ -n "$pids" ] || fail "no rank processes found"
+    kill -TERM $pids      # what Slurm does before a time limit: every task gets the signal
+    sleep 0.15
+    kill -USR1 $pids 2>/dev/null  # a second signal, most likely during the checkpoint write
+    wait $runner
+    rc=$?
+    [ $rc -eq 75 ] || { tail -30 "$WORK/term.log"; fail "exit code $rc after SIGTERM, expected 75"; }
+    has term "received: checkpointing at step"  # signal 15, or 10 when the SIGUSR1 came last
+    step=$(sed -n 's/.*received: checkpointing at step \([0-9]*\).*/\1/p' "$WORK/term.log" | head -1)
+    note "SIGTERM -> checkpoint at step $step, exit code 75"
+    [ "$(cat "$WORK/term/checkpoints/latest")" = "$(printf 'ckpt-%08d.h5' "$step")" ] || fail "latest is not step $step"
+    "$HPCTRAIN" inspect "$(ckpt term "$step")" >"$WORK/inspect.log" 2>&1 || fail "signal checkpoint does not verify"
+    train resume term 0 2 --set checkpoint.every_steps=1 --resume
+    has resume "resumed at step $step"
+    same_checkpoint "$(ckpt ref 20)" "$(ckpt term 20)"
+    same_losses "$WORK/ref/metrics.jsonl" "$WORK/term/metrics.jsonl" "$step"
+    ;;
+
+  inspect)
+    lm_data
+    train run run 0 1 --set train.max_steps=5
+    "$HPCTRAIN" inspect "$(ckpt run 5)" >"$WORK/inspect.log" 2>&1 || { cat "$WORK/inspect.log"; fail "inspect rc"; }
+    cat "$WORK/inspect.log" | head -40
+    for t in "format hpctrain-checkpoint v1" "step 5" "blocks.0.attn.qkv.weight" "\[192, 64\]" "L2 norm" \
+             "tokens_seen = " "rank 0:" "rng/cpu" "config (/config" "checksums: OK"; do
+      has inspect "$t"
+    done
+    "$H5DUMP" -H "$(ckpt run 5)" >"$WORK/h5dump.txt" || fail "h5dump -H failed"
+    grep -q 'DATASET "blocks.0.attn.qkv.weight"' "$WORK/h5dump.txt" || fail "h5dump -H does not show /model"
+    "$HPCTRAIN" inspect "$WORK/lm.h5" >"$WORK/inspect_data.log" 2>&1 || { cat "$WORK/inspect_data.log"; fail "dataset"; }
+    echo "not hdf5" >"$WORK/text.h5"
+    "$HPCTRAIN" inspect "$WORK/text.h5" >"$WORK/inspect_bad.log" 2>&1
+    [ $? -eq 2 ] || fail "inspect of a non-HDF5 file must exit 2"
+    ;;
+
+  bad_input)
+    lm_data
+    train run run 0 1 --set train.max_steps=5
+    train wrong_layers x1 1 1 --resume-from "$(ckpt run 5)" --set model.n_layer=3
+    has wrong_layers "blocks.2"
+    train wrong_width x2 1 1 --resume-from "$(ckpt run 5)" --set model.d_model=128
+    has wrong_width "shape"
+    train wrong_batch x3 1 1 --resume-from "$(ckpt run 5)" --set train.micro_batch_size=8
+    has wrong_batch "global batch"
+    train missing x4 2 1 --resume-from "$WORK/nope.h5"
+    has missing "nope.h5"
+    cp "$(ckpt run 5)" "$WORK/damaged.h5"
+    flip_in_dataset "$WORK/damaged.h5" /model/wte.weight
+    train damaged x5 2 2 --resume-from "$WORK/damaged.h5"
+    has damaged "damaged.h5"
+    echo x >"$WORK/a-file"
+    train unwritable x6 2 1 --set train.max_steps=2 --set checkpoint.dir="$WORK/a-file/ckpts"
+    has unwritable "a-file/ckpts"
+    ;;
+
+  *) fail "unknown case" ;;
+esac
+echo "PASS($CASE)"

@@ -52,27 +52,26 @@ def main(work):
     c.check(abs(lr_at(t, 0, 12) - 0.5) < 1e-12 and abs(lr_at(t, 2, 12) - 1.0) < 1e-12
             and abs(lr_at(t, 12, 12) - 0.1) < 1e-12 and abs(lr_at(t, 7, 12) - 0.55) < 1e-12, "lr schedule points")
 
-    run_reference(f"{work}/single", cfg, [])
-    single = step_lines(f"{work}/single/metrics.jsonl")
+    # One process accumulating 4 micro-batches == DDP over 2 ranks accumulating 2 (same sample set per step).
+    run_reference(f"{work}/acc4", cfg, ["train.grad_accum_steps=4"], extra=["--save-params", f"{work}/acc4.h5"])
+    single = step_lines(f"{work}/acc4/metrics.jsonl")
     c.check(abs(single[0]["loss"] - math.log(258)) < 0.05 * math.log(258),
             f"untrained loss {single[0]['loss']:.4f} ~ ln(258) = {math.log(258):.4f}")
     c.check(all(math.isfinite(r["loss"]) for r in single) and len(single) == 4, "4 finite steps")
-    run_reference(f"{work}/single_rc", cfg, [], extra=["--recompute"])
-    rc = step_lines(f"{work}/single_rc/metrics.jsonl")
+    run_reference(f"{work}/acc4_rc", cfg, ["train.grad_accum_steps=4"], extra=["--recompute"])
+    rc = step_lines(f"{work}/acc4_rc/metrics.jsonl")
     c.check(max(abs(a["loss"] - b["loss"]) for a, b in zip(single, rc)) < 1e-6, "recompute: same losses")
 
-    # DDP over 2 ranks == 1 process accumulating 2x (same sample set per step, averaged gradients).
-    run_reference(f"{work}/acc4", cfg, ["train.grad_accum_steps=4"], extra=["--save-params", f"{work}/acc4.h5"])
-    run_reference(f"{work}/ddp", cfg, [], variant="ddp", ranks=2, extra=["--save-params", f"{work}/ddp.h5"])
+    run_reference(f"{work}/ddp", cfg, [], variant="ddp", ranks=2,
+                  extra=["--save-params", f"{work}/ddp.h5", "--ddp-count-hook"])
     a, b = data.read_checkpoint_params_any(f"{work}/acc4.h5"), data.read_checkpoint_params_any(f"{work}/ddp.h5")
     diff = max(float((a[k] - b[k]).abs().max()) for k in a)
     c.check(diff < 1e-5, f"ddp(2 ranks) == single(accum x2) after 4 steps: max |diff| {diff:.2e}")
     ddp = read_jsonl(f"{work}/ddp/summary-rank0.json")[0]
     n_bytes = sum(v.numel() * 4 for v in a.values())
-    c.check(ddp["bytes_per_step"] == n_bytes, f"ddp bytes/step {ddp['bytes_per_step']} == parameter bytes {n_bytes}")
-    run_reference(f"{work}/ddp_hook", cfg, [], variant="ddp", ranks=2, extra=["--ddp-count-hook"], port=29601)
-    hook = read_jsonl(f"{work}/ddp_hook/summary-rank0.json")[0]
-    c.check(hook["bytes_sent"] == ddp["bytes_sent"], "ddp counting hook agrees with the computed bytes")
+    # The benchmark counts DDP's traffic as the parameter bytes per step; the hook measures it.
+    c.check(ddp["bytes_per_step"] == n_bytes and ddp["allreduce_calls"] >= 4,
+            f"ddp buckets counted by the comm hook: {ddp['bytes_per_step']} bytes/step == parameter bytes {n_bytes}")
 
     n_tensors = len(a)
     # 4 steps, N = 2: the averager runs after step indices 0 and 2, plus a final average;

@@ -265,14 +265,19 @@ def main():
             except RunFailed as e:
                 r["errors"].append(f"run {name}: {e}")
                 print(f"[pair {i + 1}/{a.pairs}] {conf} | {side}: FAILED {e}", flush=True)
-    text = report(a, results, started)
-    cmd = "jobs/bench/compare_python.py " + " ".join(sys.argv[1:])
-    text = f"Command: `{cmd}`\n\n{text}\n"
-    open(os.path.join(a.out, "report.md"), "w").write(text)
-    json.dump({f"{c} | {s}": v for (c, s), v in results.items()}, open(os.path.join(a.out, "results.json"), "w"),
-              indent=1)
+        text = write_report(a, results, started, f"{i + 1} of {a.pairs} pairs done")
     print(text)
     return 1 if any(v["errors"] for v in results.values()) else 0
+
+
+def write_report(a, results, started, progress):
+    """report.md and results.json after every pair, so an interrupted run still leaves its table."""
+    cmd = "jobs/bench/compare_python.py " + " ".join(sys.argv[1:])
+    text = f"Command: `{cmd}` ({progress})\n\n{report(a, results, started)}\n"
+    open(os.path.join(a.out, "report.md"), "w").write(text)
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump({f"{c} | {s}": v for (c, s), v in results.items()}, f, indent=1)
+    return text
 
 
 def init_weights(a):

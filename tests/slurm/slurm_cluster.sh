@@ -16,7 +16,9 @@
 # the first in its own UTS namespace whose hostname is its node name, so a rank on node 2 really
 # sees hostname "<short>-n2". Slurm's PMIx plugin tells MPI which ranks share a node, so OpenMPI
 # talks TCP between nodes and shared memory only within one. Network and the rest of the
-# filesystem are shared. Where unshare is refused, the nodes share everything ("ns" says which).
+# filesystem are shared. Where unshare is refused, the nodes share everything ("ns" says which);
+# then OpenMPI, seeing one hostname, takes ranks on both nodes for node-mates and crashes
+# (segfault in MPI_Comm_split_type): multi-node MPI runs need the private mode.
 #
 # Everything is private: own munge socket and key, own ports (picked free at start), own
 # state dir; the system's /etc/slurm and /etc/munge are never touched. Clients find the

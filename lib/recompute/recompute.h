@@ -18,6 +18,11 @@ struct Options {
   // Save the RNG state (CPU and every CUDA device) before the forward and replay it in the
   // recompute, so dropout masks match. false exists only for the negative-control test.
   bool replay_rng = true;
+  // selective: recompute the attention core (head split, SDPA with its dropout, merge) from the kept
+  // qkv output, as Megatron's selective recomputation does; its s^2 tensors are the largest
+  // activations when dropout forces the math SDPA path. false keeps the attention core's saved
+  // tensors and recomputes only norms, GELU and residual dropout masks.
+  bool recompute_attention_core = true;
 };
 
 // What the runner does with one block.
@@ -45,8 +50,8 @@ torch::Tensor run(const SegmentFn& fn, const torch::Tensor& x, const std::vector
                   const Options& opts = {});
 
 // The selective block forward: same numerics as Block::forward, but the cheap ops (layer norms,
-// GELU, the attention core with its dropout, the residual dropout masks) are recomputed in
-// backward while the matmul outputs are kept. See docs/recompute.md for the saved tensors.
+// GELU, the residual dropout masks; the attention core too with opts.recompute_attention_core)
+// are recomputed in backward while the matmul outputs are kept. See docs/recompute.md.
 torch::Tensor selective_block(model::Block& block, const torch::Tensor& x, const Options& opts = {});
 
 // Saved recompute states alive now (leak counter: 0 once every graph is released).

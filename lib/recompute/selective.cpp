@@ -138,7 +138,9 @@ torch::Tensor selective_block(model::Block& block, const torch::Tensor& x, const
   auto attn_mod = attn.ptr();
   torch::Tensor qkv = cheap_then_linear([ln1](const torch::Tensor& t) { return ln1->forward(t); }, x,
                                         ln1->parameters(), attn->qkv);
-  torch::Tensor y = run([attn_mod](const torch::Tensor& t) { return attn_mod->attend(t); }, qkv, {}, opts);
+  torch::Tensor y = opts.recompute_attention_core
+                        ? run([attn_mod](const torch::Tensor& t) { return attn_mod->attend(t); }, qkv, {}, opts)
+                        : attn->attend(qkv);
   torch::Tensor h = x + mask_dropout(attn->proj->forward(y), attn->resid_drop, opts);
   torch::Tensor f = cheap_then_linear([ln2](const torch::Tensor& t) { return ln2->forward(t); }, h,
                                       ln2->parameters(), mlp->fc);

@@ -12,6 +12,7 @@ struct PolicyCase {
   std::string name;
   config::RecomputeConfig cfg;
   int micro;
+  Options opts = {};
 };
 
 class RecomputeGrads : public ::testing::TestWithParam<PolicyCase> {};
@@ -20,7 +21,7 @@ TEST_P(RecomputeGrads, BitwiseEqualToStoringEverything) {
   const auto& pc = GetParam();
   auto ref = make_model(tiny_options());
   auto rec = make_model(tiny_options());
-  apply(rec, pc.cfg);
+  apply(rec, pc.cfg, pc.opts);
   const double loss_ref = accumulate_grads(ref, pc.micro);
   const auto rng_after_ref = at::globalContext().defaultGenerator(c10::kCPU).get_state();
   const double loss_rec = accumulate_grads(rec, pc.micro);
@@ -40,6 +41,9 @@ std::vector<PolicyCase> all_cases() {
     v.push_back({"every_k3", policy("every_k", 3), micro});
     v.push_back({"first_n3", policy("every_k", 1, 3), micro});
     v.push_back({"selective", policy("selective"), micro});
+    Options keep_attn;
+    keep_attn.recompute_attention_core = false;
+    v.push_back({"selective_keep_attn", policy("selective"), micro, keep_attn});
     v.push_back({"none", policy("none"), micro});
   }
   return v;

@@ -1,0 +1,190 @@
+// Activation recompute (lib/recompute) cost and saving per training step on CPU, side by side in
+// one run: policies none / full / every_k (k=2) / selective, for the demo model shape and a deeper
+// one, with dropout 0 (the demo config) and 0.1. Counters per benchmark: peak activation bytes of
+// one step (counting CPU allocator: peak during forward+backward minus the bytes live before the
+// forward, so weights and optimizer state are excluded; gradients, logits and the loss are in),
+// the prediction of the per-layer formula of docs/recompute.md, and the step time (process CPU time
+// is the figure compared: the shared build machine is oversubscribed, so wall time mostly measures
+// other processes; wall time is printed too). Run with OMP_NUM_THREADS=1. After the run
+// the binary prints a markdown table of medians with ratios to `none` of the same shape.
+//   OMP_NUM_THREADS=1 build/bin/bench_checkpointing --benchmark_repetitions=3
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <cstdio>
+#include <map>
+
+#include "core/memory.h"
+#include "model/gpt.h"
+#include "recompute/recompute.h"
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t n_layer, d_model, n_head, seq_len, batch, vocab;
+};
+const Shape kShapes[] = {{"demo", 4, 128, 4, 128, 16, 258}, {"deep", 8, 256, 4, 256, 8, 258}};
+// selective-keep-attn: selective with Options::recompute_attention_core = false.
+const char* kPolicies[] = {"none", "full", "every_k", "selective", "selective-keep-attn"};
+const double kDropouts[] = {0.0, 0.1};
+
+struct Samples {
+  std::vector<double> seconds, cpu_seconds, fwd_cpu_seconds, peak_bytes;
+  double predicted_bytes = 0;
+};
+std::map<std::string, Samples>& samples() {
+  static std::map<std::string, Samples> s;
+  return s;
+}
+std::string key(int shape, double dropout, const char* policy) {
+  return std::string(kShapes[shape].name) + "/p" + (dropout > 0 ? "0.1" : "0") + "/" + policy;
+}
+
+// docs/recompute.md, fp32 (4 bytes), s = seq_len, b = batch, h = d_model, a = n_head, V = vocab.
+double per_layer_store_bytes(const Shape& x, double dropout) {
+  const double s = x.seq_len, b = x.batch, h = x.d_model, a = x.n_head;
+  if (dropout > 0) return 4.0 * (18.0 * s * b * h + 3.0 * a * s * s * b);  // math SDPA keeps s^2 tensors
+  return 4.0 * (17.0 * s * b * h + a * s * b);                            // flash SDPA keeps logsumexp
+}
+// Peak in units of one stored block: at the start of backward all stored blocks are alive; while
+// block i is recomputed, the stored blocks before it plus its own transient activations are.
+double store_units(const std::vector<ht::recompute::BlockMode>& plan) {
+  double stored = 0, peak = 0;
+  for (auto m : plan) {
+    if (m == ht::recompute::BlockMode::kFull) peak = std::max(peak, stored + 1);
+    if (m == ht::recompute::BlockMode::kStore) stored += 1;
+  }
+  return std::max(peak, stored);
+}
+
+double predicted_bytes(const Shape& x, double dropout, const std::string& policy) {
+  const double s = x.seq_len, b = x.batch, h = x.d_model, a = x.n_head, V = x.vocab, L = x.n_layer;
+  const double sbh = s * b * h, store = per_layer_store_bytes(x, dropout);
+  ht::config::RecomputeConfig cfg;
+  cfg.policy = policy == "selective-keep-attn" ? "selective" : policy;
+  cfg.k = 2;
+  const auto plan = ht::recompute::plan(cfg, static_cast<size_t>(x.n_layer));
+  double n_inputs = 0;  // recomputed blocks keep their input
+  for (auto m : plan) n_inputs += m == ht::recompute::BlockMode::kFull ? 1 : 0;
+  // emb mask, ln_f in/out; log-probs saved + their gradient and the logits' gradient at the start of backward
+  const double head = 4.0 * ((dropout > 0 ? 3.0 : 2.0) * sbh + 3.0 * s * b * V);
+  // selective-keep-attn keeps x, qkv (3 with flash) or the q/k/v copies + s^2 tensors (math), y, h, fc out (4)
+  const double selective = dropout > 0 ? 4.0 * (10.0 * sbh + 3.0 * a * s * s * b) : 4.0 * (11.0 * sbh);
+  const double selective_core = 4.0 * (10.0 * sbh);
+  if (policy == "selective") {
+    // kept tensors + one attention core recomputed at a time (its s^2 tensors with dropout)
+    const double transient = dropout > 0 ? 4.0 * 3.0 * a * s * s * b : 4.0 * 5.0 * sbh;
+    return L * selective_core + transient + head;
+  }
+  if (policy == "selective-keep-attn") return L * selective + 4.0 * 5.0 * sbh + head;  // + one GELU/LN recompute
+  return store_units(plan) * store + n_inputs * 4.0 * sbh + head;
+}
+
+void BM_Step(benchmark::State& st) {
+  const Shape& x = kShapes[st.range(0)];
+  const double dropout = kDropouts[st.range(1)];
+  const char* policy = kPolicies[st.range(2)];
+  ht::memory::install_cpu_counter();
+  ht::model::GptOptions o;
+  o.vocab_size = x.vocab, o.n_layer = x.n_layer, o.n_head = x.n_head, o.d_model = x.d_model;
+  o.max_seq_len = x.seq_len, o.dropout = dropout;
+  torch::manual_seed(0);
+  ht::model::Gpt m(o);
+  m->train();
+  ht::config::RecomputeConfig cfg;
+  ht::recompute::Options opts;
+  opts.recompute_attention_core = std::string(policy) != "selective-keep-attn";
+  cfg.policy = opts.recompute_attention_core ? policy : "selective";
+  cfg.k = 2;
+  ht::recompute::apply(m, cfg, opts);
+  auto ids = torch::randint(x.vocab, {x.batch, x.seq_len + 1});
+  auto in = ids.narrow(1, 0, x.seq_len).contiguous(), tgt = ids.narrow(1, 1, x.seq_len).contiguous();
+  auto cpu_now = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
+  double fwd_cpu = 0;  // CPU time of the forward alone: what a full recompute adds at most
+  auto step = [&]() {
+    m->zero_grad();
+    const int64_t base = ht::memory::cpu_current_bytes();
+    ht::memory::reset_cpu_peak();
+    const double f0 = cpu_now();
+    auto loss = ht::model::lm_loss(m->lm_logits(in), tgt);
+    fwd_cpu = cpu_now() - f0;
+    loss.backward();
+    return static_cast<double>(ht::memory::cpu_peak_bytes() - base);
+  };
+  if (st.range(0) == 0) step();  // warm-up (skipped for the deep shape to fit the shared machine's time)
+  Samples& out = samples()[key(static_cast<int>(st.range(0)), dropout, policy)];
+  out.predicted_bytes = predicted_bytes(x, dropout, policy);
+  double peak = 0;
+  for (auto _ : st) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = cpu_now();
+    peak = step();
+    out.cpu_seconds.push_back(cpu_now() - c0);
+    out.fwd_cpu_seconds.push_back(fwd_cpu);
+    out.seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    out.peak_bytes.push_back(peak);
+  }
+  st.counters["peak_act_MiB"] = peak / (1 << 20);
+  st.counters["predicted_MiB"] = out.predicted_bytes / (1 << 20);
+  st.SetLabel(std::string(x.name) + " dropout=" + (dropout > 0 ? "0.1" : "0") + " " + policy);
+}
+
+void register_all() {
+  for (int s = 0; s < 2; ++s)
+    for (int d = 0; d < 2; ++d)
+      for (int p = 0; p < 5; ++p)
+        benchmark::RegisterBenchmark("BM_Step", BM_Step)
+            ->Args({s, d, p})
+            ->Iterations(s == 0 ? 2 : 1)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void print_table() {
+  std::printf("\n| shape | dropout | policy | step CPU ms (median) | CPU time vs none | step wall ms (median) | "
+              "peak act MiB (measured) | vs none | predicted MiB | predicted vs none | forward share of step |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (int s = 0; s < 2; ++s)
+    for (double d : kDropouts) {
+      const Samples& none = samples()[key(s, d, "none")];
+      const double t0 = median(none.cpu_seconds), m0 = median(none.peak_bytes);
+      for (const char* p : kPolicies) {
+        auto it = samples().find(key(s, d, p));
+        if (it == samples().end() || it->second.seconds.empty()) continue;
+        const Samples& x = it->second;
+        const double t = median(x.cpu_seconds), w = median(x.seconds), m = median(x.peak_bytes);
+        std::printf("| %s | %s | %s | %.1f | %.2fx | %.1f | %.1f | %.0f%% | %.1f | %.0f%% | %.0f%% |\n", kShapes[s].name,
+                    d > 0 ? "0.1" : "0", p, 1e3 * t, t0 > 0 ? t / t0 : 0.0, 1e3 * w, m / (1 << 20),
+                    m0 > 0 ? 100 * m / m0 : 0.0,
+                    x.predicted_bytes / (1 << 20), 100 * x.predicted_bytes / none.predicted_bytes,
+                    t > 0 ? 100 * median(x.fwd_cpu_seconds) / t : 0.0);
+      }
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  print_table();
+  return 0;
+}

@@ -83,7 +83,7 @@ PY
     cat >"$WORK/wrap.sh" <<WRAP
 #!/usr/bin/env bash
 r=\${OMPI_COMM_WORLD_RANK:-\${PMIX_RANK:-0}}
-if [ "\$r" = 1 ]; then exec "$HPCTRAIN" train --set data.path="$WORK/elsewhere.h5" "\${@:2}"; fi
+if [ "\$r" = 1 ]; then exec "$HPCTRAIN" "\$@" --set data.path="$WORK/elsewhere.h5"; fi  # last override wins
 exec "$HPCTRAIN" "\$@"
 WRAP
     chmod +x "$WORK/wrap.sh"

@@ -14,8 +14,8 @@
 # Several nodes on one machine: every slurmd runs in its own mount namespace (a private
 # node-local scratch at $DIR/local, backed by $DIR/nodes/<name>/local), and every slurmd beyond
 # the first in its own UTS namespace whose hostname is its node name, so a rank on node 2 really
-# sees hostname "<short>-n2". Slurm's PMIx plugin tells MPI which ranks share a node, so OpenMPI
-# talks TCP between nodes and shared memory only within one. Network and the rest of the
+# sees hostname "<short>-n2". OpenMPI then talks TCP between nodes and shared memory only
+# within one (checked: with OMPI_MCA_btl=self,vader a 2-node run finds its peers unreachable). Network and the rest of the
 # filesystem are shared. Where unshare is refused, the nodes share everything ("ns" says which);
 # then OpenMPI, seeing one hostname, takes ranks on both nodes for node-mates and crashes
 # (segfault in MPI_Comm_split_type): multi-node MPI runs need the private mode.

@@ -329,7 +329,7 @@ int Trainer::Impl::run() {
       run_eval("epoch end");
     if (flags[1]) {
       HT_WARN("signal {} received: checkpointing at step {} and exiting with code {} (requeue)",
-              signals::last_signal(), counters.step, static_cast<int>(ExitCode::kRequeue));
+              signals::last_signal_name(), counters.step, static_cast<int>(ExitCode::kRequeue));
       save_checkpoint("signal");
       return static_cast<int>(ExitCode::kRequeue);
     }

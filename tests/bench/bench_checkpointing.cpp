@@ -48,7 +48,7 @@ std::string key(int shape, double dropout, const char* policy) {
 double per_layer_store_bytes(const Shape& x, double dropout) {
   const double s = x.seq_len, b = x.batch, h = x.d_model, a = x.n_head;
   if (dropout > 0) return 4.0 * (18.0 * s * b * h + 3.0 * a * s * s * b);  // math SDPA keeps s^2 tensors
-  return 4.0 * (17.0 * s * b * h + a * s * b);                            // flash SDPA keeps logsumexp
+  return 4.0 * (16.0 * s * b * h + a * s * b);                            // flash SDPA keeps logsumexp
 }
 // Peak in units of one stored block: at the start of backward all stored blocks are alive; while
 // block i is recomputed, the stored blocks before it plus its own transient activations are.
@@ -72,8 +72,9 @@ double predicted_bytes(const Shape& x, double dropout, const std::string& policy
   for (auto m : plan) n_inputs += m == ht::recompute::BlockMode::kFull ? 1 : 0;
   // emb mask, ln_f in/out; log-probs saved + their gradient and the logits' gradient at the start of backward
   const double head = 4.0 * ((dropout > 0 ? 3.0 : 2.0) * sbh + 3.0 * s * b * V);
-  // selective-keep-attn keeps x, qkv (3 with flash) or the q/k/v copies + s^2 tensors (math), y, h, fc out (4)
-  const double selective = dropout > 0 ? 4.0 * (10.0 * sbh + 3.0 * a * s * s * b) : 4.0 * (11.0 * sbh);
+  // selective-keep-attn keeps x, qkv (3 with flash; y is a view of SDPA's output) or the q/k/v copies +
+  // s^2 tensors (math path), y, h, fc out (4)
+  const double selective = dropout > 0 ? 4.0 * (10.0 * sbh + 3.0 * a * s * s * b) : 4.0 * (10.0 * sbh);
   const double selective_core = 4.0 * (10.0 * sbh);
   if (policy == "selective") {
     // kept tensors + one attention core recomputed at a time (its s^2 tensors with dropout)

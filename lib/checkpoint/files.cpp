@@ -116,6 +116,31 @@ void remove_stale_tmps(const std::string& dir) {
   }
 }
 
+// HDF5 1.10 leaves a file id in a broken state when a write fails mid-way (disk full), and its
+// atexit cleanup then crashes the process. So the space is reserved first with fallocate(2) on a
+// probe file: a full disk, a quota or a file size limit becomes a clean error before HDF5 writes.
+// (Space taken by someone else between the probe and the write is not covered.)
+void reserve_space(const std::string& probe, int64_t bytes) {
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  HT_REQUIRE(fd >= 0, ExitCode::kData, "{}: cannot create: {}", probe, std::strerror(errno));
+  const int rc = ::fallocate(fd, 0, 0, bytes);
+  const int err = errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (rc != 0 && (err == EOPNOTSUPP || err == ENOSYS)) return;  // file system without fallocate: no check
+  HT_REQUIRE(rc == 0, ExitCode::kData, "not enough space for a checkpoint of ~{:.1f} MB in {}: {}",
+             static_cast<double>(bytes) / 1e6, probe.substr(0, probe.rfind('/')), std::strerror(err));
+}
+
+int64_t estimated_bytes(const Snapshot& shared, const std::vector<TensorMap>& per_rank) {
+  int64_t bytes = 1 << 20;  // metadata, state values, attributes
+  for (const auto& [k, t] : shared.tensors) bytes += static_cast<int64_t>(t.nbytes()) * (t.element_size() < 4 ? 4 / t.element_size() : 1);
+  for (const auto& m : per_rank)
+    for (const auto& [k, t] : m) bytes += static_cast<int64_t>(t.nbytes());
+  for (const auto& [k, v] : shared.strings) bytes += static_cast<int64_t>(v.size());
+  return bytes + bytes / 50;  // chunk index and checksum overhead
+}
+
 // Keeps the file just written plus the newest keep-1 others.
 void rotate(const std::string& dir, int64_t keep, const std::string& just_written) {
   int64_t kept = 1;
@@ -150,6 +175,7 @@ std::string commit_checkpoint(const std::string& dir, const Snapshot& shared, co
   remove_stale_tmps(dir);
   const std::string path = join(dir, file_name_for_step(step)), tmp = path + ".tmp";
   Stopwatch clock;
+  reserve_space(path + ".space.tmp", estimated_bytes(shared, per_rank));
   try {
     write_file(tmp, shared, per_rank, step, world_size);
     fsync_path(tmp, false);

@@ -6,10 +6,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <set>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "data/dataset.h"
@@ -193,13 +193,7 @@ PrepareSummary prepare(const PrepareOptions& o) {
   const auto val = assign_validation(static_cast<int64_t>(corpus.docs.size()), o.val_fraction, o.seed);
   for (bool v : val) ++(v ? s.val_docs : s.train_docs);
 
-  const std::filesystem::path out(o.output);
-  if (out.has_parent_path()) {
-    std::error_code ec;
-    std::filesystem::create_directories(out.parent_path(), ec);
-    HT_REQUIRE(!ec, ExitCode::kData, "{}: cannot create directory {}: {}", o.output, out.parent_path().string(),
-               ec.message());
-  }
+  fs::make_dirs(fs::parent_dir(o.output));  // not std::filesystem: see core/fs.h
   const std::string tmp = o.output + ".tmp-" + std::to_string(::getpid());
   try {
     io::File file = io::File::create(tmp);
@@ -210,7 +204,8 @@ PrepareSummary prepare(const PrepareOptions& o) {
     sync_path(tmp);
     HT_REQUIRE(std::rename(tmp.c_str(), o.output.c_str()) == 0, ExitCode::kData, "{}: cannot rename {} to it: {}",
                o.output, tmp, std::strerror(errno));
-    sync_path(out.has_parent_path() ? out.parent_path().string() : ".");
+    const std::string parent = fs::parent_dir(o.output);
+    sync_path(parent.empty() ? "." : parent);
   } catch (...) {
     std::remove(tmp.c_str());
     throw;

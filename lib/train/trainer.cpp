@@ -6,12 +6,12 @@
 #include <ATen/autocast_mode.h>
 
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/log.h"
 #include "core/memory.h"
 #include "core/signals.h"
@@ -67,9 +67,7 @@ int64_t total_steps(const config::Config& cfg, const data::Loader& loader) {
 }
 
 void ensure_dir(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  HT_REQUIRE(!ec, ExitCode::kData, "{}: cannot create directory ({})", dir, ec.message());
+  fs::make_dirs(dir);
   HT_REQUIRE(::access(dir.c_str(), W_OK) == 0, ExitCode::kData, "{}: directory is not writable", dir);
 }
 

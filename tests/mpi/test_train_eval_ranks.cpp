@@ -3,10 +3,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 
 #include "comm/communicator.h"
+#include "core/fs.h"
 #include "data/prepare.h"
 #include "model/gpt.h"
 #include "train/evaluate.h"
@@ -25,7 +25,7 @@ std::string shared_dir(ht::comm::Communicator& comm) {
 
 std::string write_docs(const std::string& dir, const std::string& name, int first, int count) {
   const std::string path = dir + "/" + name;
-  std::filesystem::create_directories(path);
+  ht::fs::make_dirs(path);
   for (int i = first; i < first + count; ++i)
     std::ofstream(path + "/doc" + std::to_string(i) + ".txt")
         << "Document " << i << " says: the quick brown fox " << i * 7 % 13 << " jumps over the lazy dog.\n";
@@ -75,7 +75,7 @@ TEST(EvalRanks, LanguageModelMetricsEqualSingleProcess) {
   expect_same(w, s);
   EXPECT_NEAR(w.perplexity, std::exp(w.loss), 1e-9 * w.perplexity);
   world->barrier();
-  if (world->rank() == 0) std::filesystem::remove_all(dir);
+  if (world->rank() == 0) ht::fs::remove_tree(dir);
 }
 
 TEST(EvalRanks, ClassificationMetricsEqualSingleProcess) {
@@ -103,5 +103,5 @@ TEST(EvalRanks, ClassificationMetricsEqualSingleProcess) {
   EXPECT_GT(s.count, 0);
   expect_same(w, s);
   world->barrier();
-  if (world->rank() == 0) std::filesystem::remove_all(dir);
+  if (world->rank() == 0) ht::fs::remove_tree(dir);
 }

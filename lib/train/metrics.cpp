@@ -21,7 +21,7 @@ void MetricsWriter::write(const nlohmann::json& line) {
 }
 
 double measure_peak_flops(const torch::Device& device) {
-  const int64_t n = device.is_cuda() ? 4096 : 512;
+  const int64_t n = device.is_cuda() ? 4096 : 1024;
   auto opts = torch::TensorOptions().dtype(torch::kFloat).device(device);
   auto a = torch::randn({n, n}, opts), b = torch::randn({n, n}, opts);
   auto sync = [&] {
@@ -37,11 +37,11 @@ double measure_peak_flops(const torch::Device& device) {
       torch::mm(a, b);
       ++iters;
       sync();
-    } while (sw.seconds() < 0.05);
+    } while (sw.seconds() < 0.1);
     rates.push_back(2.0 * static_cast<double>(n) * n * n * iters / sw.seconds());
   }
-  std::sort(rates.begin(), rates.end());
-  return rates[rates.size() / 2];
+  // The best run: on a shared machine slower runs measure the neighbours, not the hardware.
+  return *std::max_element(rates.begin(), rates.end());
 }
 
 }  // namespace ht::train

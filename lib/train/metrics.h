@@ -21,7 +21,7 @@ class MetricsWriter {
 };
 
 // Measures the FLOP/s of a square fp32 matmul on this device with the current thread count
-// (median of a few runs of ~0.1 s), as the MFU denominator when train.peak_flops = 0.
+// (best of 5 runs of ~0.1 s), as the MFU denominator when train.peak_flops = 0.
 double measure_peak_flops(const torch::Device& device);
 
 }  // namespace ht::train

@@ -119,10 +119,11 @@ struct Trainer::Impl {
   int run();
 };
 
-config::Config resolve_with_dataset(const config::Config& in) {
+config::Config resolve_with_dataset(const config::Config& in, data::DatasetMeta* meta_out) {
   config::Config cfg = in;
   HT_REQUIRE(!cfg.data.path.empty(), ExitCode::kUsage, "config key 'data.path' is empty: point it at a dataset file");
   const auto meta = data::read_meta(cfg.data.path);
+  if (meta_out) *meta_out = meta;
   HT_REQUIRE(meta.task == cfg.model.task, ExitCode::kUsage, "model.task = {} but {} holds {} data", cfg.model.task,
              cfg.data.path, meta.task);
   if (cfg.model.vocab_size == 0) cfg.model.vocab_size = meta.vocab_size;
@@ -144,8 +145,7 @@ config::Config resolve_with_dataset(const config::Config& in) {
 }
 
 void Trainer::Impl::build(const ResumeRequest& resume) {
-  cfg = resolve_with_dataset(cfg);
-  meta = data::read_meta(cfg.data.path);
+  cfg = resolve_with_dataset(cfg, &meta);
   is_lm = meta.task == "causal-lm";
   device = select_device(cfg.train, comm);
   if (cfg.train.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
@@ -373,10 +373,5 @@ Trainer::Trainer(const config::Config& cfg, comm::Communicator& comm, const Resu
 Trainer::~Trainer() = default;
 
 int Trainer::run() { return impl_->run(); }
-
-EvalResult Trainer::evaluate_now() {
-  HT_REQUIRE(impl_->eval_reader, ExitCode::kUsage, "evaluation needs eval.strategy != no");
-  return evaluate(impl_->gpt, *impl_->eval_reader, impl_->comm, impl_->device, impl_->cfg.eval.max_batches);
-}
 
 }  // namespace ht::train

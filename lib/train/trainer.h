@@ -22,7 +22,8 @@ struct ResumeRequest {
 
 // Non-collective checks every rank can make alone (dataset metadata vs model config, output
 // directory): fills vocab_size / num_labels from the dataset and validates. Run before any collective.
-config::Config resolve_with_dataset(const config::Config& cfg);
+// meta, when given, receives the dataset metadata that was read.
+config::Config resolve_with_dataset(const config::Config& cfg, data::DatasetMeta* meta = nullptr);
 
 // `hpctrain eval`: builds the model of cfg, loads the checkpoint's parameters, evaluates the val split.
 EvalResult evaluate_checkpoint(const config::Config& cfg, const std::string& checkpoint_path, comm::Communicator& comm);
@@ -38,8 +39,6 @@ class Trainer {
   ~Trainer();
   // Runs to the end. Returns 0, or ExitCode::kRequeue after a signal-triggered checkpoint.
   int run();
-  // Evaluation of the current parameters over the validation split.
-  EvalResult evaluate_now();
 
  private:
   struct Impl;

@@ -43,11 +43,27 @@ ht::model::GptOptions tiny(int64_t vocab, int64_t labels, int64_t seq) {
   return o;
 }
 
+// Evaluates gpt on the val split sharded over the world and whole in one process; returns the world result.
+ht::train::EvalResult expect_world_equals_single(ht::model::Gpt& gpt, const std::string& path, int64_t seq_len,
+                                                 int64_t batch, ht::comm::Communicator& world);
+
 void expect_same(const ht::train::EvalResult& world, const ht::train::EvalResult& single) {
   EXPECT_EQ(world.count, single.count);
   EXPECT_DOUBLE_EQ(world.accuracy, single.accuracy);
   EXPECT_DOUBLE_EQ(world.f1, single.f1);
   EXPECT_NEAR(world.loss, single.loss, 1e-6 * std::abs(single.loss));
+}
+
+ht::train::EvalResult expect_world_equals_single(ht::model::Gpt& gpt, const std::string& path, int64_t seq_len,
+                                                 int64_t batch, ht::comm::Communicator& world) {
+  ht::data::EvalReader sharded(path, "val", seq_len, batch, world);
+  const auto w = ht::train::evaluate(gpt, sharded, world, torch::kCPU, 0);
+  auto local = ht::comm::make_local();
+  ht::data::EvalReader whole(path, "val", seq_len, batch, *local);
+  const auto s = ht::train::evaluate(gpt, whole, *local, torch::kCPU, 0);
+  EXPECT_GT(s.count, 0);
+  expect_same(w, s);
+  return w;
 }
 
 }  // namespace
@@ -66,13 +82,7 @@ TEST(EvalRanks, LanguageModelMetricsEqualSingleProcess) {
   world->barrier();
   torch::manual_seed(5);
   ht::model::Gpt gpt(tiny(258, 0, 32));
-  ht::data::EvalReader sharded(dir + "/lm.h5", "val", 32, 4, *world);
-  const auto w = ht::train::evaluate(gpt, sharded, *world, torch::kCPU, 0);
-  auto local = ht::comm::make_local();
-  ht::data::EvalReader whole(dir + "/lm.h5", "val", 32, 4, *local);
-  const auto s = ht::train::evaluate(gpt, whole, *local, torch::kCPU, 0);
-  EXPECT_GT(s.count, 0);
-  expect_same(w, s);
+  const auto w = expect_world_equals_single(gpt, dir + "/lm.h5", 32, 4, *world);
   EXPECT_NEAR(w.perplexity, std::exp(w.loss), 1e-9 * w.perplexity);
   world->barrier();
   if (world->rank() == 0) ht::fs::remove_tree(dir);
@@ -95,13 +105,7 @@ TEST(EvalRanks, ClassificationMetricsEqualSingleProcess) {
   world->barrier();
   torch::manual_seed(6);
   ht::model::Gpt gpt(tiny(258, 3, 48));
-  ht::data::EvalReader sharded(dir + "/cls.h5", "val", 48, 5, *world);
-  const auto w = ht::train::evaluate(gpt, sharded, *world, torch::kCPU, 0);
-  auto local = ht::comm::make_local();
-  ht::data::EvalReader whole(dir + "/cls.h5", "val", 48, 5, *local);
-  const auto s = ht::train::evaluate(gpt, whole, *local, torch::kCPU, 0);
-  EXPECT_GT(s.count, 0);
-  expect_same(w, s);
+  expect_world_equals_single(gpt, dir + "/cls.h5", 48, 5, *world);
   world->barrier();
   if (world->rank() == 0) ht::fs::remove_tree(dir);
 }

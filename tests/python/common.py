@@ -22,6 +22,7 @@ def ref_env(threads=1):
     env = dict(os.environ)
     env["PYTHONPATH"] = HERE + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["OMP_NUM_THREADS"] = str(threads)
+    env["PYTHONFAULTHANDLER"] = "1"  # a crash in a rank prints its Python stack into the run log
     return env
 
 

@@ -11,6 +11,7 @@ Rank 0 writes <out>/metrics.jsonl (one line per step, fields named as ours), eve
 """
 import argparse
 import contextlib
+import gc
 import json
 import math
 import os
@@ -254,6 +255,12 @@ class Run:
             write_params(self.args.save_params, self.gpt, {"steps": len(lines)})
         if self.world > 1:
             dist.barrier()
+            # PeriodicModelAverager, Accelerate's state and DDP keep references to the process group;
+            # left alive, the group is torn down during interpreter finalization, where gloo's worker
+            # threads can abort the process (SIGABRT, "terminate called without an active exception";
+            # seen on rank 1 in CI). Drop every holder first so destroy_process_group really frees it.
+            self.averager = self.wrapped = self.accelerator = self.optimizer = None
+            gc.collect()
             dist.destroy_process_group()
 
 
@@ -279,4 +286,9 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Every output file is closed by now. Skip interpreter finalization, where third-party threads
+    # (gloo, Accelerate) have aborted a finished process; the exit code is the run's own.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

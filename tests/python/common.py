@@ -35,7 +35,18 @@ def run_reference(out, config, overrides, variant="single", ranks=1, extra=(), p
     for o in overrides:
         cmd += ["--set", o]
     os.makedirs(out, exist_ok=True)
-    run(cmd, log or os.path.join(out, "run.log"), env=ref_env())
+    log = log or os.path.join(out, "run.log")
+    try:
+        run(cmd, log, env=ref_env())
+    except RuntimeError as e:
+        # The reference is third-party code (torchrun + gloo). A worker killed by a signal is that
+        # stack failing, not a wrong answer: say so and rerun once; a second failure is reported.
+        if ranks == 1 or "Signal 6 (SIGABRT)" not in str(e):
+            raise
+        print(f"NOTE: PyTorch reference ({variant}, {ranks} ranks) aborted by SIGABRT; log kept as "
+              f"{log}.aborted, rerunning once", flush=True)
+        os.replace(log, log + ".aborted")
+        run(cmd, log, env=ref_env())
 
 
 def mpi_prefix(ranks):

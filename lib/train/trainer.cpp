@@ -177,6 +177,9 @@ void Trainer::Impl::build(const ResumeRequest& resume) {
   total = total_steps(cfg, *loader);
   schedule = std::make_unique<LrSchedule>(cfg.train, total);
   checkpoints = std::make_unique<checkpoint::Manager>(cfg.checkpoint_dir(), cfg.checkpoint.keep, comm);
+  // Rank 0 writes every checkpoint (also the one a signal asks for): an unusable directory is a
+  // set-up error now, not a failure after hours of training.
+  if (comm.rank() == 0) checkpoint::prepare_directory(cfg.checkpoint_dir());
   resume_from(resume);
 
   metrics = std::make_unique<MetricsWriter>(cfg.train.output_dir + "/" + cfg.log.metrics_file, comm.rank() == 0);

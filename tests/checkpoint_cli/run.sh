@@ -237,6 +237,8 @@ PY
     echo x >"$WORK/a-file"
     train unwritable x6 2 1 --set train.max_steps=2 --set checkpoint.dir="$WORK/a-file/ckpts"
     has unwritable "a-file/ckpts"
+    # Found at start-up, before any training step was taken.
+    [ ! -s "$WORK/x6/metrics.jsonl" ] || fail "unwritable checkpoint dir found only after training started"
     ;;
 
   *) fail "unknown case" ;;

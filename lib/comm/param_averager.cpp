@@ -133,6 +133,27 @@ torch::Tensor ParamAverager::slice(const torch::Tensor& buf, size_t i) const {
   return buf.narrow(0, offsets_[i], numels_[i]);
 }
 
+bool ParamAverager::is_bound(const torch::Tensor& t, size_t i) const {
+  return t.is_contiguous() && t.numel() == numels_[i] &&
+         t.data_ptr() == static_cast<void*>(flat_.data_ptr<float>() + offsets_[i]);
+}
+
+bool ParamAverager::bind(const std::vector<torch::Tensor>& tensors) {
+  HT_REQUIRE(tensors.size() == numels_.size(), ExitCode::kRuntime, "ParamAverager({}): {} tensors, expected {}",
+             opts_.name, tensors.size(), numels_.size());
+  for (const auto& t : tensors)
+    if (t.scalar_type() != torch::kFloat || t.device() != device_) return false;
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    auto dst = slice(flat_, i).view(tensors[i].sizes());
+    dst.copy_(tensors[i].detach());
+    // const_cast: set_data swaps the storage behind the caller's handle; the handle itself is unchanged.
+    const_cast<torch::Tensor&>(tensors[i]).set_data(dst);
+  }
+  HT_DEBUG("comm: {} bound to the flat buffer ({} tensors)", opts_.name, tensors.size());
+  return true;
+}
+
 void ParamAverager::pack(const std::vector<torch::Tensor>& tensors) {
   HT_REQUIRE(tensors.size() == numels_.size(), ExitCode::kRuntime, "ParamAverager({}): {} tensors, expected {}",
              opts_.name, tensors.size(), numels_.size());
@@ -142,7 +163,7 @@ void ParamAverager::pack(const std::vector<torch::Tensor>& tensors) {
     HT_REQUIRE(tensors[i].numel() == numels_[i], ExitCode::kRuntime,
                "ParamAverager({}): tensor {} has {} elements, expected {}", opts_.name, i, tensors[i].numel(),
                numels_[i]);
-    slice(flat_, i).copy_(tensors[i].reshape({-1}));
+    if (!is_bound(tensors[i], i)) slice(flat_, i).copy_(tensors[i].reshape({-1}));
   }
 }
 
@@ -151,7 +172,9 @@ void ParamAverager::unpack(const std::vector<torch::Tensor>& tensors, const torc
              opts_.name, tensors.size(), numels_.size());
   const torch::Tensor& src = source.defined() ? source : flat_;
   torch::NoGradGuard no_grad;
+  const bool from_flat = src.is_same(flat_);
   for (size_t i = 0; i < tensors.size(); ++i) {
+    if (from_flat && !add && is_bound(tensors[i], i)) continue;  // already there
     auto s = slice(src, i).view(tensors[i].sizes());
     if (add)
       tensors[i].add_(s);
@@ -251,10 +274,18 @@ void ParamAverager::average(const std::vector<torch::Tensor>& tensors) {
   const double scale = pending_scale();
   if (scale == 1.0) return unpack(tensors);
   torch::NoGradGuard no_grad;
+  bool all_bound = true;
+  for (size_t i = 0; i < tensors.size() && all_bound; ++i) all_bound = is_bound(tensors[i], i);
+  if (all_bound) {
+    flat_.narrow(0, 0, total_numel_).mul_(scale);  // the tensors are the buffer: one pass
+    return;
+  }
   const auto factor = torch::scalar_tensor(scale, torch::TensorOptions().dtype(torch::kFloat));
   for (size_t i = 0; i < tensors.size(); ++i) {
     auto& t = tensors[i];
-    if (t.scalar_type() == torch::kFloat && t.is_contiguous()) {
+    if (is_bound(t, i)) {
+      slice(flat_, i).mul_(scale);
+    } else if (t.scalar_type() == torch::kFloat && t.is_contiguous()) {
       auto out = t.view({-1});
       torch::mul_out(out, slice(flat_, i), factor);
     } else {

@@ -47,7 +47,19 @@ class ParamAverager {
   ParamAverager& operator=(const ParamAverager&) = delete;
 
   // tensors := mean over ranks (pack, one collective per bucket, unpack with the 1/W scale fused).
+  // For bound tensors (see bind) pack and unpack are skipped: one collective plus one scaling pass.
   void average(const std::vector<torch::Tensor>& tensors);
+
+  // Flat parameter storage: copies each tensor's values into its slice of flat() and rebinds the
+  // tensor (Tensor::set_data, same TensorImpl, so optimizer state keyed by it stays valid) to
+  // that slice. Saves one copy of the tensors' memory and the pack/unpack passes of every
+  // average. All tensors must be fp32 and on the averager's device; otherwise nothing is bound
+  // and false is returned. Whoever later writes flat() writes the tensors: callers that keep
+  // their own data in flat() between start_mean() and wait_mean() (overlap, DiLoCo) must not bind.
+  // A tensor whose storage is later replaced simply falls back to the copying path.
+  bool bind(const std::vector<torch::Tensor>& tensors);
+  // True when tensor i of `tensors` is a view of its own slice of flat().
+  bool is_bound(const torch::Tensor& t, size_t i) const;
 
   // Lower-level pieces, for callers that transform the flat buffer (DiLoCo, overlap).
   torch::Tensor& flat() { return flat_; }  // fp32 [padded_numel] on the tensors' device

@@ -248,6 +248,12 @@ LocalSgd::LocalSgd(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
   if (cfg.enabled && !s.sync_set.empty()) {
     s.state_avg = std::make_unique<comm::ParamAverager>(comm, s.sync_set, s.averager_options("parameters"));
     s.snapshot = torch::zeros_like(s.state_avg->flat());
+    // Blocking plain averaging: the parameters live in the averager's flat buffer (no pack/unpack
+    // per sync, one copy of the parameters less). Overlap and DiLoCo keep their own data in that
+    // buffer while training goes on, so they keep separate parameter storage.
+    const bool bound = !s.diloco && cfg.overlap_steps == 0 && s.state_avg->bind(s.sync_set);
+    HT_INFO("local_sgd: parameters {}", bound ? "stored in the flat exchange buffer (no pack/unpack per sync)"
+                                             : "packed into the exchange buffer at each sync");
     if (s.diloco) {
       s.global = torch::zeros_like(s.snapshot);
       s.momentum = torch::zeros_like(s.snapshot);

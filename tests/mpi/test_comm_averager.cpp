@@ -67,6 +67,30 @@ TEST(CommAverager, AveragingIdenticalValuesLeavesThemUnchanged) {
   for (size_t i = 0; i < t.size(); ++i) EXPECT_TRUE(torch::allclose(t[i], before[i], 0, 1e-6));
 }
 
+// Flat parameter storage (bind): the same bits as the copying path, direct and staged, and the
+// tensors stay bound across repeated averages.
+TEST(CommAverager, BoundTensorsAverageBitwiseLikeTheCopyingPath) {
+  auto comm = ht::comm::make_mpi_world();
+  for (bool staged : {false, true}) {
+    AveragerOptions o;
+    o.force_staging = staged;
+    auto copying = averaged(*comm, o);
+    auto t = values_for(comm->rank());
+    ParamAverager avg(*comm, t, o);
+    ASSERT_TRUE(avg.bind(t));
+    avg.average(t);
+    EXPECT_TRUE(bitwise_equal(copying, t)) << "staged=" << staged;
+    for (size_t i = 0; i < t.size(); ++i) EXPECT_TRUE(avg.is_bound(t[i], i)) << i;
+    // Second round: every rank adds its rank, the mean moves by (W-1)/2.
+    { torch::NoGradGuard ng; for (auto& x : t) x.add_(static_cast<float>(comm->rank())); }
+    avg.average(t);
+    const float shift = static_cast<float>(comm->size() - 1) / 2;
+    for (size_t i = 0; i < t.size(); ++i)
+      EXPECT_TRUE(torch::allclose(t[i], copying[i] + shift, 0, 1e-5)) << "round 2, tensor " << i;
+    EXPECT_NO_THROW(ht::comm::verify_replicas_equal(*comm, ht::comm::checksum(t), "bound"));
+  }
+}
+
 TEST(CommAverager, BucketsGiveTheSameResultAsOneBuffer) {
   auto comm = ht::comm::make_mpi_world();
   AveragerOptions bucketed;

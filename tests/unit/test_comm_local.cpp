@@ -45,6 +45,48 @@ TEST(CommLocal, PackUnpackRoundTripAndAddMode) {
   for (size_t i = 0; i < t.size(); ++i) EXPECT_TRUE(torch::equal(zeros[i], 2 * t[i]));
 }
 
+TEST(CommLocal, BindMovesTensorsIntoTheFlatBufferKeepingValuesAndHandles) {
+  auto comm = ht::comm::make_local();
+  auto t = sample();
+  for (auto& x : t) x.set_requires_grad(true);  // parameters: leaf variables
+  const auto* impl0 = t[0].unsafeGetTensorImpl();
+  auto ref = sample();
+  ht::comm::ParamAverager avg(*comm, t, {});
+  ASSERT_TRUE(avg.bind(t));
+  EXPECT_EQ(t[0].unsafeGetTensorImpl(), impl0);  // same handle (optimizer state keyed by it survives)
+  for (size_t i = 0; i < t.size(); ++i) {
+    EXPECT_TRUE(avg.is_bound(t[i], i)) << i;
+    EXPECT_TRUE(torch::equal(t[i], ref[i])) << i;
+    EXPECT_EQ(t[i].sizes(), ref[i].sizes());
+    EXPECT_TRUE(t[i].requires_grad());
+  }
+  // Writing a tensor writes the buffer, and the other way round.
+  { torch::NoGradGuard ng; t[1].fill_(3.0f); }
+  EXPECT_TRUE(torch::equal(avg.slice(avg.flat(), 1), torch::full({5}, 3.0f)));
+  avg.flat().narrow(0, 0, 12).fill_(-1.0f);
+  EXPECT_TRUE(torch::equal(t[0], torch::full({4, 3}, -1.0f)));
+  // Gradients still flow to the bound tensors.
+  (t[0] * t[0]).sum().backward();
+  EXPECT_TRUE(torch::equal(t[0].grad(), torch::full({4, 3}, -2.0f)));
+}
+
+TEST(CommLocal, BindRefusesNonFp32AndAReplacedTensorFallsBackToCopying) {
+  auto comm = ht::comm::make_local();
+  std::vector<torch::Tensor> mixed{torch::randn({3}), torch::randn({2}, torch::kDouble)};
+  ht::comm::ParamAverager m(*comm, mixed, {});
+  EXPECT_FALSE(m.bind(mixed));
+  EXPECT_FALSE(m.is_bound(mixed[0], 0));
+
+  auto t = sample();
+  ht::comm::ParamAverager avg(*comm, t, {});
+  ASSERT_TRUE(avg.bind(t));
+  t[2].set_data(torch::full({2, 2, 2}, 5.0f));  // storage replaced behind the averager's back
+  EXPECT_FALSE(avg.is_bound(t[2], 2));
+  avg.average(t);  // must pack the replaced tensor instead of averaging stale buffer contents
+  EXPECT_TRUE(torch::equal(t[2], torch::full({2, 2, 2}, 5.0f)));
+  EXPECT_TRUE(torch::equal(t[0], sample()[0]));
+}
+
 TEST(CommLocal, BucketCountFollowsBucketMb) {
   auto comm = ht::comm::make_local();
   std::vector<torch::Tensor> big{torch::zeros({3 * (1 << 20) / 4 + 10})};  // 3 MiB + 40 bytes of fp32

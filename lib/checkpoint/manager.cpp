@@ -41,11 +41,13 @@ Snapshot distribute(comm::Communicator& comm, detail::FileContents* c) {
   detail::broadcast_scalars(comm, s, 0);
   detail::broadcast_tensors(comm, s.tensors, 0);
   const int64_t old_world = s.world_size, world = comm.size();
-  for (int64_t o = 0; o < std::min(old_world, world); ++o) {
-    detail::TensorMap m;
-    if (comm.rank() == 0) m = std::move(c->per_rank[static_cast<size_t>(o)]);
-    detail::broadcast_tensors(comm, m, 0);
-    if (comm.rank() % old_world == o) s.per_rank = std::move(m);
+  // Point-to-point from rank 0: each rank receives only its own per-rank state.
+  if (comm.rank() == 0) {
+    for (int r = 1; r < world; ++r)
+      detail::send_tensors(comm, detail::normalized(c->per_rank[static_cast<size_t>(r % old_world)]), r);
+    s.per_rank = std::move(c->per_rank[0]);
+  } else {
+    s.per_rank = detail::recv_tensors(comm, 0);
   }
   if (old_world != world)
     HT_INFO("checkpoint was written by {} ranks, this run has {}: rank r continues with the per-rank state of "

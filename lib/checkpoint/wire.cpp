@@ -86,14 +86,27 @@ void broadcast_tensors(comm::Communicator& comm, TensorMap& m, int root) {
     if (t.nbytes() > 0) comm.broadcast(t.data_ptr(), t.nbytes(), root);
 }
 
+void send_tensors(comm::Communicator& comm, const TensorMap& m, int dest) {
+  comm.send_string(encode_header(m), dest);
+  for (const auto& [k, t] : m)
+    if (t.nbytes() > 0) comm.send(t.data_ptr(), t.nbytes(), dest);
+}
+
+TensorMap recv_tensors(comm::Communicator& comm, int src) {
+  TensorMap m = allocate_from_header(comm.recv_string(src));
+  for (auto& [k, t] : m)
+    if (t.nbytes() > 0) comm.recv(t.data_ptr(), t.nbytes(), src);
+  return m;
+}
+
 std::vector<TensorMap> gather_to_root(comm::Communicator& comm, const TensorMap& mine) {
-  std::vector<TensorMap> all(comm.rank() == 0 ? static_cast<size_t>(comm.size()) : 0);
-  for (int r = 0; r < comm.size(); ++r) {
-    TensorMap m;
-    if (comm.rank() == r) m = normalized(mine);
-    broadcast_tensors(comm, m, r);
-    if (comm.rank() == 0) all[static_cast<size_t>(r)] = std::move(m);
+  if (comm.rank() != 0) {
+    send_tensors(comm, normalized(mine), 0);
+    return {};
   }
+  std::vector<TensorMap> all(static_cast<size_t>(comm.size()));
+  all[0] = normalized(mine);
+  for (int r = 1; r < comm.size(); ++r) all[static_cast<size_t>(r)] = recv_tensors(comm, r);
   return all;
 }
 

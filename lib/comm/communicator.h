@@ -43,6 +43,12 @@ class Communicator {
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
   // recv holds size() * bytes_per_rank bytes. send may be recv + rank() * bytes_per_rank (in place).
   virtual void allgather(const void* send, void* recv, size_t bytes_per_rank) = 0;
+  // Point-to-point (blocking, byte payloads, one tag): for moving data to or from a single rank
+  // (checkpoint gather/scatter) without every rank receiving it. Never to oneself.
+  virtual void send(const void* buf, size_t bytes, int dest) = 0;
+  virtual void recv(void* buf, size_t bytes, int src) = 0;
+  void send_string(const std::string& s, int dest);
+  std::string recv_string(int src);
   // Non-blocking in-place all-reduce (MPI_Iallreduce); the default completes it at once.
   virtual std::unique_ptr<Request> iallreduce(void* buf, size_t count, DType t, ReduceOp op);
   // send and recv hold size() * bytes_per_rank bytes; block j of send goes to rank j.

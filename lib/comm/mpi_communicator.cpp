@@ -32,6 +32,21 @@ std::string Communicator::broadcast_string(const std::string& s, int root) {
   return out;
 }
 
+void Communicator::send_string(const std::string& s, int dest) {
+  const int64_t n = static_cast<int64_t>(s.size());
+  send(&n, sizeof(n), dest);
+  if (n > 0) send(s.data(), s.size(), dest);
+}
+
+std::string Communicator::recv_string(int src) {
+  int64_t n = 0;
+  recv(&n, sizeof(n), src);
+  HT_REQUIRE(n >= 0, ExitCode::kRuntime, "recv_string from rank {}: negative length {}", src, n);
+  std::string out(static_cast<size_t>(n), '\0');
+  if (n > 0) recv(out.data(), out.size(), src);
+  return out;
+}
+
 namespace {
 
 // A request that completed when it was created (blocking fallbacks, single process).
@@ -111,6 +126,7 @@ MPI_Op to_mpi(ReduceOp op) {
 }
 
 constexpr size_t kMaxChunk = static_cast<size_t>(INT_MAX);
+constexpr int kP2pTag = 7001;
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -159,6 +175,34 @@ class MpiCommunicator final : public Communicator {
       done += n;
     }
     bytes_communicated_ += bytes;
+  }
+
+  void send(const void* buf, size_t bytes, int dest) override {
+    HT_REQUIRE(dest != rank_ && dest >= 0 && dest < size_, ExitCode::kRuntime, "send to rank {} from rank {} of {}",
+               dest, rank_, size_);
+    const auto* p = static_cast<const char*>(buf);
+    for (size_t done = 0; done < bytes;) {
+      const size_t n = std::min(kMaxChunk, bytes - done);
+      HT_MPI_CHECK(MPI_Send(p + done, static_cast<int>(n), MPI_BYTE, dest, kP2pTag, comm_));
+      done += n;
+    }
+    bytes_communicated_ += bytes;
+  }
+
+  void recv(void* buf, size_t bytes, int src) override {
+    HT_REQUIRE(src != rank_ && src >= 0 && src < size_, ExitCode::kRuntime, "recv from rank {} on rank {} of {}", src,
+               rank_, size_);
+    auto* p = static_cast<char*>(buf);
+    for (size_t done = 0; done < bytes;) {
+      const size_t n = std::min(kMaxChunk, bytes - done);
+      MPI_Status st;
+      HT_MPI_CHECK(MPI_Recv(p + done, static_cast<int>(n), MPI_BYTE, src, kP2pTag, comm_, &st));
+      int got = 0;
+      HT_MPI_CHECK(MPI_Get_count(&st, MPI_BYTE, &got));
+      HT_REQUIRE(static_cast<size_t>(got) == n, ExitCode::kRuntime, "recv from rank {}: {} bytes, expected {}", src,
+                 got, n);
+      done += n;
+    }
   }
 
   void allgather(const void* send, void* recv, size_t bytes_per_rank) override {
@@ -240,6 +284,10 @@ class LocalCommunicator final : public Communicator {
   void barrier() override {}
   void allreduce(void*, size_t, DType, ReduceOp) override {}
   void broadcast(void*, size_t, int) override {}
+  void send(const void*, size_t, int dest) override {
+    HT_FAIL(ExitCode::kRuntime, "send to rank {} in a single-process run", dest);
+  }
+  void recv(void*, size_t, int src) override { HT_FAIL(ExitCode::kRuntime, "recv from rank {} in a single-process run", src); }
   void allgather(const void* send, void* recv, size_t bytes_per_rank) override {
     if (send != recv) std::memmove(recv, send, bytes_per_rank);
   }

@@ -206,6 +206,34 @@ TEST(CommCommunicator, AlltoallAndIallreduce) {
   for (double x : v) EXPECT_EQ(x, w * (w + 1) / 2.0);
 }
 
+// Point-to-point to and from rank 0 (the checkpoint gather/scatter): each rank's own payload
+// arrives intact and in rank order; sending to oneself is an error, not a hang.
+TEST(CommCommunicator, SendRecvToAndFromRankZero) {
+  auto comm = ht::comm::make_mpi_world();
+  const int w = comm->size(), r = comm->rank();
+  auto payload = [](int rank) {
+    std::vector<float> v(10000 + static_cast<size_t>(rank));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(rank * 1000003 + static_cast<int>(i));
+    return v;
+  };
+  if (r == 0) {
+    for (int src = 1; src < w; ++src) {
+      EXPECT_EQ(comm->recv_string(src), "rank " + std::to_string(src));
+      auto want = payload(src);
+      std::vector<float> got(want.size(), -1.0f);
+      comm->recv(got.data(), got.size() * sizeof(float), src);
+      EXPECT_EQ(got, want) << "from rank " << src;
+    }
+    for (int dst = 1; dst < w; ++dst) comm->send_string(std::string(static_cast<size_t>(dst) * 3, 'x'), dst);
+    EXPECT_THROW(comm->send(&w, sizeof(w), 0), ht::Error);
+  } else {
+    comm->send_string("rank " + std::to_string(r), 0);
+    auto mine = payload(r);
+    comm->send(mine.data(), mine.size() * sizeof(float), 0);
+    EXPECT_EQ(comm->recv_string(0), std::string(static_cast<size_t>(r) * 3, 'x'));
+  }
+}
+
 TEST(CommAverager, LayoutMismatchIsAnError) {
   auto comm = ht::comm::make_mpi_world();
   auto t = values_for(comm->rank());

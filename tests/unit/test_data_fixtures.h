@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,8 @@ class FakeComm final : public comm::Communicator {
   void allreduce(void*, size_t, comm::DType, comm::ReduceOp) override {}
   void broadcast(void*, size_t, int) override {}
   void allgather(const void*, void*, size_t) override {}
+  void send(const void*, size_t, int) override { throw std::logic_error("FakeComm: no point-to-point"); }
+  void recv(void*, size_t, int) override { throw std::logic_error("FakeComm: no point-to-point"); }
   [[noreturn]] void abort(int code) override { ::_exit(code); }
 
  private:

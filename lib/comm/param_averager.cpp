@@ -144,13 +144,16 @@ bool ParamAverager::bind(const std::vector<torch::Tensor>& tensors) {
   for (const auto& t : tensors)
     if (t.scalar_type() != torch::kFloat || t.device() != device_) return false;
   torch::NoGradGuard no_grad;
+  size_t moved = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
+    if (is_bound(tensors[i], i)) continue;
+    ++moved;
     auto dst = slice(flat_, i).view(tensors[i].sizes());
     dst.copy_(tensors[i].detach());
     // const_cast: set_data swaps the storage behind the caller's handle; the handle itself is unchanged.
     const_cast<torch::Tensor&>(tensors[i]).set_data(dst);
   }
-  HT_DEBUG("comm: {} bound to the flat buffer ({} tensors)", opts_.name, tensors.size());
+  if (moved > 0) HT_DEBUG("comm: {}: {} of {} tensors moved into the flat buffer", opts_.name, moved, tensors.size());
   return true;
 }
 

@@ -56,7 +56,8 @@ class ParamAverager {
   // average. All tensors must be fp32 and on the averager's device; otherwise nothing is bound
   // and false is returned. Whoever later writes flat() writes the tensors: callers that keep
   // their own data in flat() between start_mean() and wait_mean() (overlap, DiLoCo) must not bind.
-  // A tensor whose storage is later replaced simply falls back to the copying path.
+  // A tensor whose storage is later replaced simply falls back to the copying path; calling bind
+  // again moves it back (tensors already bound are skipped, so repeated calls are cheap).
   bool bind(const std::vector<torch::Tensor>& tensors);
   // True when tensor i of `tensors` is a view of its own slice of flat().
   bool is_bound(const torch::Tensor& t, size_t i) const;

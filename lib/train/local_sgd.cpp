@@ -90,6 +90,7 @@ struct LocalSgd::Impl {
   int64_t pending_age = 0;  // steps since an overlapped average was started
   bool pending = false;
   bool finished = true;     // nothing to do in finish() until the next local step
+  bool grads_bound = false; // gradients live in grad_avg's flat buffer
 
   Impl(torch::nn::Module& m, torch::optim::Optimizer& o, comm::Communicator& c, const config::LocalSgdConfig& k)
       : model(m), optimizer(o), comm(c), cfg(k), diloco(k.outer == "diloco") {}
@@ -127,6 +128,9 @@ void LocalSgd::Impl::average_grads() {
     grads.push_back(p.grad());
   }
   if (!grad_avg) grad_avg = std::make_unique<comm::ParamAverager>(comm, grads, averager_options("gradients"));
+  // Gradients that are not in the flat buffer yet (first step, or freed by zero_grad(true)) move
+  // there now (one copy, the same as a pack); ones already bound cost nothing.
+  grads_bound = grad_avg->bind(grads);
   grad_avg->average(grads);
   stats.grad_allreduces += 1;
   stats.bytes_per_grad_allreduce = grad_avg->bytes_per_call();
@@ -287,6 +291,8 @@ LocalSgd::~LocalSgd() {
 void LocalSgd::after_backward() {
   if (impl_->synchronous_now()) impl_->average_grads();
 }
+
+bool LocalSgd::keep_gradients() const { return impl_->grads_bound && impl_->synchronous_now(); }
 
 void LocalSgd::step() {
   auto& s = *impl_;

@@ -41,6 +41,10 @@ class LocalSgd {
   // After backward, before the optimizer step: averages gradients when synchronous
   // (enabled=false, or during local_sgd.warmup_steps); no-op otherwise.
   void after_backward();
+  // True while gradients are averaged every step and live in the averager's flat buffer: the
+  // caller should zero them in place (Optimizer::zero_grad(false)) rather than free them, so
+  // backward accumulates straight into the buffer and the next average skips pack and unpack.
+  bool keep_gradients() const;
   // After each optimizer step: counts it, averages parameters every N local steps.
   void step();
   // Final average (idempotent until the next step()); called before every checkpoint.

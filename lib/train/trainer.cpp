@@ -215,7 +215,7 @@ torch::Tensor Trainer::Impl::micro_step_loss(const data::Batch& batch) {
 }
 
 std::pair<double, bool> Trainer::Impl::train_step(int64_t& tokens) {
-  optimizer->zero_grad(true);
+  optimizer->zero_grad(/*set_to_none=*/!local_sgd->keep_gradients());
   double loss_sum = 0.0;
   const auto accum = cfg.train.grad_accum_steps;
   for (int64_t m = 0; m < accum; ++m) {

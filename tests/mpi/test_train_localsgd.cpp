@@ -19,6 +19,7 @@ struct Replica {
   torch::nn::Sequential model{nullptr};
   std::unique_ptr<torch::optim::Optimizer> opt;
   int64_t out_;
+  bool free_grads = false;  // zero_grad(true) every step even when LocalSgd keeps the gradients
   // Different init per rank on purpose: LocalSgd must broadcast rank 0's weights.
   Replica(int rank, int64_t out = 2, bool adam = false) : out_(out) {
     torch::manual_seed(17 + rank);
@@ -32,7 +33,7 @@ struct Replica {
     torch::manual_seed(1000 * (rank + 1) + step);
     auto x = torch::randn({8, 6});
     auto y = torch::sin(x.sum(1, true) * (rank + 1)).repeat({1, out_});
-    opt->zero_grad();
+    opt->zero_grad(/*set_to_none=*/free_grads || !lsgd.keep_gradients());  // as the trainer does
     auto loss = torch::mse_loss(model->forward(x), y);
     loss.backward();
     lsgd.after_backward();
@@ -66,8 +67,10 @@ void expect_replicas_bitwise_equal(ht::comm::Communicator& comm, const std::vect
   for (int r = 0; r < comm.size(); ++r) EXPECT_TRUE(torch::equal(all[r], mine)) << "rank " << r << " differs";
 }
 
-std::vector<torch::Tensor> run(ht::comm::Communicator& comm, LocalSgdConfig cfg, int steps, bool finish = true) {
+std::vector<torch::Tensor> run(ht::comm::Communicator& comm, LocalSgdConfig cfg, int steps, bool finish = true,
+                               bool free_grads = false) {
   Replica rep(comm.rank());
+  rep.free_grads = free_grads;
   LocalSgd lsgd(*rep.model, *rep.opt, comm, cfg);
   for (int s = 0; s < steps; ++s) rep.train_step(lsgd, comm.rank(), s);
   if (finish) lsgd.finish();
@@ -127,6 +130,30 @@ TEST(LocalSgd, NEqualsOneWithPlainSgdMatchesGradientAveraging) {
     for (size_t i = 0; i < independent.size(); ++i) diff += (independent[i] - sync_grads[i]).abs().sum().item<double>();
     EXPECT_GT(diff, 1e-3);
   }
+}
+
+// Gradient averaging with the gradients kept in the flat buffer (zeroed in place, no pack or
+// unpack) gives the same bits as freeing them every step (copied in at every average).
+TEST(LocalSgd, KeptGradientsAverageBitwiseLikeFreedOnes) {
+  auto comm = ht::comm::make_mpi_world();
+  LocalSgdConfig dp;
+  auto kept = run(*comm, dp, 6, true, /*free_grads=*/false);
+  auto freed = run(*comm, dp, 6, true, /*free_grads=*/true);
+  for (size_t i = 0; i < kept.size(); ++i) EXPECT_TRUE(torch::equal(kept[i], freed[i])) << "tensor " << i;
+
+  Replica rep(comm->rank());
+  LocalSgd lsgd(*rep.model, *rep.opt, *comm, dp);
+  EXPECT_FALSE(lsgd.keep_gradients());  // nothing bound before the first average
+  rep.train_step(lsgd, comm->rank(), 0);
+  EXPECT_TRUE(lsgd.keep_gradients());
+  const void* before = rep.params()[0].grad().data_ptr();
+  rep.train_step(lsgd, comm->rank(), 1);
+  EXPECT_EQ(rep.params()[0].grad().data_ptr(), before);  // backward accumulated into the same buffer
+
+  Replica loc(comm->rank());
+  LocalSgd local_mode(*loc.model, *loc.opt, *comm, local(4));
+  loc.train_step(local_mode, comm->rank(), 0);
+  EXPECT_FALSE(local_mode.keep_gradients());  // no gradient averaging in local mode: free them
 }
 
 TEST(LocalSgd, DilocoWithOuterLrOneAndNoMomentumEqualsAveraging) {

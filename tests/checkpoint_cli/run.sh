@@ -94,6 +94,21 @@ wait_for_file() {
   fail "timed out waiting for $f"
 }
 
+# background_train OUT SLOW_SAVE_MS ARGS...: `hpctrain train` on 2 ranks in the background, each
+# checkpoint save slowed by SLOW_SAVE_MS; output $WORK/OUT, log $WORK/OUT.log, mpirun's pid in RUNNER.
+background_train() {
+  local out=$1 slow=$2; shift 2
+  HPCTRAIN_TEST_SLOW_SAVE_MS=$slow "$MPIEXEC" -np 2 "${MPIFLAGS[@]}" "$HPCTRAIN" train --set data.path="$WORK/lm.h5" \
+    "${BASE[@]}" --set train.output_dir="$WORK/$out" "$@" >"$WORK/$out.log" 2>&1 &
+  RUNNER=$!
+}
+# await_ranks FILE: waits until FILE exists, then puts the pids of RUNNER's ranks in RANK_PIDS.
+await_ranks() {
+  wait_for_file "$1"
+  RANK_PIDS=$(ranks_of "$RUNNER")
+  [ -n "$RANK_PIDS" ] || fail "no rank processes found"
+}
+
 # 20 steps straight vs the same run resumed from its step-10 checkpoint in a fresh process.
 resume_case() {
   local np=$1; shift
@@ -140,15 +155,11 @@ PY
     lm_data
     train ref ref 0 2 --set checkpoint.every_steps=5
     # The save at step 10 sleeps half-way (HPCTRAIN_TEST_SLOW_SAVE_MS); SIGKILL every rank then.
-    HPCTRAIN_TEST_SLOW_SAVE_MS=3000 "$MPIEXEC" -np 2 "${MPIFLAGS[@]}" "$HPCTRAIN" train --set data.path="$WORK/lm.h5" \
-      "${BASE[@]}" --set train.output_dir="$WORK/crash" --set checkpoint.every_steps=5 >"$WORK/crash.log" 2>&1 &
-    runner=$!
-    wait_for_file "$WORK/crash/checkpoints/ckpt-00000010.h5.tmp"
-    pids=$(ranks_of $runner)
-    [ -n "$pids" ] || fail "no rank processes found"
-    kill -9 $pids
-    wait $runner
-    note "killed ranks $pids with SIGKILL during the step-10 save"
+    background_train crash 3000 --set checkpoint.every_steps=5
+    await_ranks "$WORK/crash/checkpoints/ckpt-00000010.h5.tmp"
+    kill -9 $RANK_PIDS
+    wait $RUNNER
+    note "killed ranks $RANK_PIDS with SIGKILL during the step-10 save"
     [ ! -e "$(ckpt crash 10)" ] || fail "a half-written checkpoint carries the final name"
     [ "$(cat "$WORK/crash/checkpoints/latest")" = "ckpt-00000005.h5" ] || fail "latest moved"
     "$HPCTRAIN" inspect "$(ckpt crash 5)" >"$WORK/inspect.log" 2>&1 || { cat "$WORK/inspect.log"; fail "ckpt 5 damaged"; }
@@ -179,16 +190,12 @@ PY
   sigterm_requeue)
     lm_data
     train ref ref 0 2 --set checkpoint.every_steps=1
-    HPCTRAIN_TEST_SLOW_SAVE_MS=300 "$MPIEXEC" -np 2 "${MPIFLAGS[@]}" "$HPCTRAIN" train --set data.path="$WORK/lm.h5" \
-      "${BASE[@]}" --set train.output_dir="$WORK/term" --set checkpoint.every_steps=1 >"$WORK/term.log" 2>&1 &
-    runner=$!
-    wait_for_file "$(ckpt term 3)"
-    pids=$(ranks_of $runner)
-    [ -n "$pids" ] || fail "no rank processes found"
-    kill -TERM $pids      # what Slurm does before a time limit: every task gets the signal
+    background_train term 300 --set checkpoint.every_steps=1
+    await_ranks "$(ckpt term 3)"
+    kill -TERM $RANK_PIDS      # what Slurm does before a time limit: every task gets the signal
     sleep 0.15
-    kill -USR1 $pids 2>/dev/null  # a second signal, most likely during the checkpoint write
-    wait $runner
+    kill -USR1 $RANK_PIDS 2>/dev/null  # a second signal, most likely during the checkpoint write
+    wait $RUNNER
     rc=$?
     [ $rc -eq 75 ] || { tail -30 "$WORK/term.log"; fail "exit code $rc after SIGTERM, expected 75"; }
     has term "received: checkpointing at step"  # signal 15, or 10 when the SIGUSR1 came last

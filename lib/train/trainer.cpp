@@ -127,9 +127,7 @@ config::Config resolve_with_dataset(const config::Config& in, data::DatasetMeta*
   HT_REQUIRE(meta.task == cfg.model.task, ExitCode::kUsage, "model.task = {} but {} holds {} data", cfg.model.task,
              cfg.data.path, meta.task);
   if (cfg.model.vocab_size == 0) cfg.model.vocab_size = meta.vocab_size;
-  HT_REQUIRE(cfg.model.vocab_size >= meta.vocab_size, ExitCode::kUsage,
-             "model.vocab_size = {} is smaller than the dataset's vocab_size {} ({})", cfg.model.vocab_size,
-             meta.vocab_size, cfg.data.path);
+  data::check_vocab(meta, cfg.model.vocab_size);  // the one vocabulary check (also used by the loader)
   if (meta.task == "classification") {
     const auto labels = static_cast<int64_t>(meta.label_names.size());
     if (cfg.model.num_labels == 0) cfg.model.num_labels = labels;

@@ -69,6 +69,9 @@ PY
     expect_text "train.lr"
     expect_rc 1 mpi 2 "$HPCTRAIN" train --config "$WORK/missing.toml"
     expect_text "missing.toml"
+    # A model vocabulary smaller than the data's: the data do not fit the model (exit 2), named with both sizes.
+    expect_rc 2 mpi 2 "$HPCTRAIN" train --set data.path="$WORK/lm.h5" --set model.vocab_size=100
+    expect_text "exceeds the model's vocab_size 100"
     ;;
   missing_data)
     expect_rc 2 mpi 2 "$HPCTRAIN" train --set data.path="$WORK/nope.h5"

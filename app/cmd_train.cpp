@@ -5,6 +5,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/signals.h"
 #include "train/trainer.h"
 
 namespace ht::app {
@@ -42,6 +43,10 @@ Phases configure_train(CLI::App& sub) {
   Phases p;
   p.setup = [args](Context& ctx) {
     if (args->help_config) return;
+    // From here on SIGTERM/SIGUSR1 only set a flag: a pre-emption during start-up (config, data
+    // checks, model build, a long resume) is honoured after the first step (checkpoint, exit 75)
+    // instead of killing the rank. Only the MPI start itself remains unprotected.
+    signals::install();
     args->cfg = config::load(args->config_path, args->overrides);
     log::set_level(args->cfg.log.level);
     if (args->dump_config) return;

@@ -209,6 +209,23 @@ PY
     same_losses "$WORK/ref/metrics.jsonl" "$WORK/term/metrics.jsonl" "$step"
     ;;
 
+  sigterm_during_startup)
+    # SIGTERM while the ranks are still building (the measured peak FLOP/s alone takes ~0.5 s):
+    # the signal is held until the first step, which checkpoints and exits 75.
+    lm_data
+    background_train early 0 --set train.peak_flops=0
+    for i in $(seq 1 600); do grep -q "on host" "$WORK/early.log" 2>/dev/null && break; sleep 0.02; done
+    RANK_PIDS=$(ranks_of "$RUNNER")
+    [ -n "$RANK_PIDS" ] || fail "no rank processes found"
+    kill -TERM $RANK_PIDS
+    wait $RUNNER
+    rc=$?
+    [ $rc -eq 75 ] || { tail -30 "$WORK/early.log"; fail "exit code $rc after SIGTERM during start-up, expected 75"; }
+    has early "received: checkpointing at step"
+    grep -q "run: 2 ranks" "$WORK/early.log" || fail "the run did not get past start-up"
+    note "SIGTERM during start-up -> $(sed -n 's/.*\(checkpointing at step [0-9]*\).*/\1/p' "$WORK/early.log" | head -1), exit 75"
+    ;;
+
   inspect)
     lm_data
     train run run 0 1 --set train.max_steps=5

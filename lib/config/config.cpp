@@ -65,6 +65,9 @@ const std::vector<Key>& keys() {
       HT_KEY(recompute, policy, 's', "none | full | every_k | selective"),
       HT_KEY(recompute, k, 'i', "every_k: recompute blocks whose index is a multiple of k"),
       HT_KEY(recompute, first_n, 'i', "every_k: recompute the first N blocks instead (0 = use k)"),
+      HT_KEY(recompute, attention_core, 'b',
+             "selective: recompute the attention core too (scores, softmax, dropout; saves its s^2 memory) "
+             "or keep its outputs (false: cheaper, saves less)"),
       HT_KEY(local_sgd, enabled, 'b', "local SGD; false = per-step gradient all-reduce"),
       HT_KEY(local_sgd, steps, 'i', "local optimizer steps between parameter averages"),
       HT_KEY(local_sgd, warmup_steps, 'i', "synchronous gradient-averaged steps before local SGD starts"),

@@ -63,6 +63,7 @@ struct RecomputeConfig {
   std::string policy = "none";  // none | full | every_k | selective
   int64_t k = 1;                // every_k: recompute blocks with index % k == 0
   int64_t first_n = 0;          // every_k alternative: the first N blocks (0 = unused)
+  bool attention_core = true;   // selective: also recompute the attention core (false: keep its outputs)
 };
 
 struct LocalSgdConfig {

@@ -39,7 +39,11 @@ std::string describe(const std::vector<BlockMode>& modes) {
   return fmt::format("full: blocks {} ({} of {})", fmt::join(full, ","), full.size(), modes.size());
 }
 
-void apply(model::Gpt& gpt, const config::RecomputeConfig& cfg) { apply(gpt, cfg, Options{}); }
+void apply(model::Gpt& gpt, const config::RecomputeConfig& cfg) {
+  Options opts;
+  opts.recompute_attention_core = cfg.attention_core;
+  apply(gpt, cfg, opts);
+}
 
 void apply(model::Gpt& gpt, const config::RecomputeConfig& cfg, const Options& opts) {
   const std::vector<BlockMode> modes = plan(cfg, gpt->num_blocks());

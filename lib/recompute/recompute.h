@@ -36,6 +36,7 @@ std::string describe(const std::vector<BlockMode>& modes);  // e.g. "full: block
 // Installs the BlockRunner for cfg.policy (none | full | every_k | selective) on the model.
 // Throws ht::Error(kUsage) for an unknown policy or k out of range. In eval mode / under
 // NoGradGuard the runner calls the block directly (documented no-op).
+// Options from the config (recompute.attention_core); the three-argument form takes them explicitly.
 void apply(model::Gpt& gpt, const config::RecomputeConfig& cfg);
 void apply(model::Gpt& gpt, const config::RecomputeConfig& cfg, const Options& opts);
 

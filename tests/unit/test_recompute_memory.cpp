@@ -68,6 +68,31 @@ TEST(RecomputeMemory, SelectiveMatchesFormula) {
   }
 }
 
+// The config key recompute.attention_core reaches the blocks: through the whole model's forward,
+// keeping the attention core (false) holds each block's s^2 tensors (3 a s^2 b floats) on top.
+TEST(RecomputeMemory, ConfigAttentionCoreFalseKeepsTheScoresOfEveryBlock) {
+  constexpr int64_t L = 2;
+  auto kept_by_model = [&](bool attention_core) {
+    memory::install_cpu_counter();
+    model::GptOptions o = tiny_options(0.1, L);
+    o.d_model = D, o.n_head = H, o.max_seq_len = T;
+    auto m = make_model(o);
+    auto cfg = policy("selective");
+    cfg.attention_core = attention_core;
+    apply(m, cfg);
+    auto ids = torch::randint(0, o.vocab_size, {B, T}, torch::kLong);
+    const int64_t base = memory::cpu_current_bytes();
+    auto logits = m->lm_logits(ids);
+    const double kept = static_cast<double>(memory::cpu_current_bytes() - base);
+    logits.sum().backward();
+    return kept;
+  };
+  const double s2_per_block = 4.0 * 3.0 * H * T * T * B;
+  const double diff = kept_by_model(false) - kept_by_model(true);
+  EXPECT_NEAR(diff, L * s2_per_block, 0.1 * L * s2_per_block)
+      << "kept " << diff / s2_per_block << " blocks' worth of s^2 tensors more, expected " << L;
+}
+
 TEST(RecomputeMemory, FullKeepsOnlyTheInput) {
   for (double p : {0.0, 0.1}) {
     const double got = kept_bytes("full", p);

@@ -150,8 +150,7 @@ bool ParamAverager::bind(const std::vector<torch::Tensor>& tensors) {
     ++moved;
     auto dst = slice(flat_, i).view(tensors[i].sizes());
     dst.copy_(tensors[i].detach());
-    // const_cast: set_data swaps the storage behind the caller's handle; the handle itself is unchanged.
-    const_cast<torch::Tensor&>(tensors[i]).set_data(dst);
+    tensors[i].set_data(dst);  // a const method: the handle stays, the storage behind it changes
   }
   if (moved > 0) HT_DEBUG("comm: {}: {} of {} tensors moved into the flat buffer", opts_.name, moved, tensors.size());
   return true;

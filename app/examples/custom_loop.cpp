@@ -67,7 +67,8 @@ int main(int argc, char** argv) {
         ht::train::clip_grad_norm(*model, 1.0);
         lr_scheduler.apply(*optimizer, step);  // lr_scheduler.step()
         optimizer->step();
-        optimizer->zero_grad();
+        // Per-step gradient averaging keeps the gradients in its flat buffer: zero them in place then.
+        optimizer->zero_grad(/*set_to_none=*/!local_sgd.keep_gradients());
         local_sgd.step();  // averages parameters every N steps
         if (step == 0) first = loss_sum;
         last = loss_sum;

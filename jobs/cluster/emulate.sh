@@ -31,12 +31,20 @@ BRIDGE=htemu0
 MAX_NODES=16
 case "$STATE" in /?*) ;; *) echo "emulate: error: HT_EMULATE_STATE must be an absolute path other than /" >&2; exit 1 ;; esac
 
-# OpenMPI settings that `mpirun` adds (docs/cluster.md, "Link efficiency"): without the TCP BTL's
-# emulated put, a large message goes as pipelined sends instead of a rendezvous + put, which left
-# the link idle about half the time; fixed 4 MiB socket buffers keep the link busy while a rank
-# waits for a CPU (autotuning sizes them by a round-trip time that is microseconds here).
-MPI_TUNING=(--mca btl_tcp_flags "send,inplace,need-ack,need-csum"
-            --mca btl_tcp_sndbuf 4194304 --mca btl_tcp_rcvbuf 4194304)
+# OpenMPI settings that `mpirun` adds (docs/cluster.md, "Link efficiency", has the measurements):
+# - btl_tcp_flags without "put": a large message goes as pipelined sends instead of rendezvous +
+#   emulated put, which left the link idle about half the time (both directions took turns);
+# - 4 MiB socket buffers: the kernel keeps the link busy while a rank waits for a CPU;
+# - mpi_yield_when_idle: the emulated nodes share this machine's cores, so a rank that polls
+#   yields its core to the rank that has data to reduce (real nodes each have their own cores);
+# - all-reduce algorithm by message size (coll-rules.conf, written by `up`): recursive doubling
+#   below 64 KiB (latency-bound), ring from 64 KiB (bandwidth-optimal, 2 (W-1)/W x bytes per rank;
+#   the default choice on 4 nodes took twice the ring's time).
+mpi_tuning() {
+  printf '%s\n' --mca btl_tcp_flags "send,inplace,need-ack,need-csum" \
+    --mca btl_tcp_sndbuf 4194304 --mca btl_tcp_rcvbuf 4194304 --mca mpi_yield_when_idle 1 \
+    --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_dynamic_rules_filename "$STATE/coll-rules.conf"
+}
 
 say() { echo "emulate: $*" >&2; }
 die() { say "error: $*"; exit 1; }
@@ -190,6 +198,10 @@ if [ "\${HT_EMULATE_NO_UTS:-0}" = 1 ]; then exec ip netns exec "\$node" /bin/sh 
 exec ip netns exec "\$node" nsenter --uts="$STATE/uts/\$node" -- /bin/sh -c "\$*"
 AGENT
   chmod 0755 "$STATE/rsh-agent"
+  # OpenMPI's coll/tuned rules: 1 collective (2 = allreduce), 1 communicator-size class (from 1
+  # rank), 2 message-size classes: "from_bytes algorithm fanout segment_bytes" (3 = recursive
+  # doubling, 4 = ring).
+  printf '%s\n' 1 2 1 1 2 "0 3 0 0" "65536 4 0 0" >"$STATE/coll-rules.conf"
 }
 
 want_params() {
@@ -301,8 +313,8 @@ do_mpirun() {
   require_up
   need_tools mpirun
   local subnet; subnet=$(param subnet)
-  local tuning=("${MPI_TUNING[@]}")
-  [ "${HT_EMULATE_MPI_TUNING:-1}" = 0 ] && tuning=()
+  local tuning=()
+  [ "${HT_EMULATE_MPI_TUNING:-1}" = 0 ] || mapfile -t tuning < <(mpi_tuning)
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   local run=(mpirun --hostfile "$STATE/hostfile" --mca plm_rsh_agent "$STATE/rsh-agent"
     --mca btl "tcp,self" --mca btl_tcp_if_include "$subnet" --mca oob_tcp_if_include "$subnet"

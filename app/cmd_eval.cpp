@@ -7,8 +7,8 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "io/h5.h"
-#include "train/trainer.h"
+#include "train/evaluate.h"
+#include "train/run_setup.h"
 
 namespace ht::app {
 namespace {
@@ -17,7 +17,7 @@ struct EvalArgs {
   std::string checkpoint;
   std::string config_path;
   std::vector<std::string> overrides;
-  config::Config cfg;
+  train::RunSetup setup;
 };
 
 Phases configure_eval(CLI::App& sub) {
@@ -27,21 +27,18 @@ Phases configure_eval(CLI::App& sub) {
   sub.add_option("--set", args->overrides, "override a key: section.key=value (repeatable)")->take_all();
   Phases p;
   p.setup = [args](Context&) {
-    if (!args->config_path.empty()) {
-      args->cfg = config::load(args->config_path, args->overrides);
-    } else {
-      auto file = io::File::open_read(args->checkpoint);
-      args->cfg = config::load_text(io::read_string(file.id(), "/config"), args->checkpoint + ":/config",
-                                    args->overrides);
-    }
-    if (args->cfg.eval.strategy == "no") args->cfg.eval.strategy = "epoch";
-    args->cfg = train::resolve_with_dataset(args->cfg);
+    const config::Config cfg =
+        args->config_path.empty()
+            ? config::load_text(checkpoint::read_config_text(args->checkpoint), args->checkpoint + ":/config",
+                                args->overrides)
+            : config::load(args->config_path, args->overrides);
+    args->setup = train::resolve_run(cfg);
   };
   p.run = [args](Context& ctx) -> int {
-    const auto r = train::evaluate_checkpoint(args->cfg, args->checkpoint, ctx.comm);
+    const auto r = train::evaluate_checkpoint(args->setup, args->checkpoint, ctx.comm);
     if (ctx.comm.rank() == 0) {
       std::cout << fmt::format("eval_loss {:.6f}\neval_accuracy {:.6f}\n", r.loss, r.accuracy);
-      if (r.task == "causal-lm") std::cout << fmt::format("eval_perplexity {:.4f}\n", r.perplexity);
+      if (r.task == config::Task::kCausalLm) std::cout << fmt::format("eval_perplexity {:.4f}\n", r.perplexity);
       else std::cout << fmt::format("eval_f1 {:.6f}\n", r.f1);
       std::cout << fmt::format("eval_count {}\n", r.count);
     }

@@ -1,5 +1,6 @@
 // `hpctrain inspect FILE`: describes a dataset or a checkpoint file, chosen by its root attribute
-// `format`, and verifies every checksum. Exit 0 if the file verifies, 2 if it is damaged.
+// `format`, and verifies every checksum (and, for a checkpoint, that its tensors fit the model of
+// its stored config). Exit 0 if the file verifies, 2 if it is damaged.
 #include <iostream>
 
 #include "app/commands.h"
@@ -7,29 +8,22 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "data/dataset.h"
-#include "io/h5.h"
+#include "train/inspect.h"
 
 namespace ht::app {
 namespace {
 
-std::string format_of(const std::string& path) {
-  auto file = io::File::open_read(path);
-  HT_REQUIRE(io::has_attr(file.id(), "format"), ExitCode::kData,
-             "{}: no root attribute 'format': not an hpctrain dataset or checkpoint", path);
-  return io::attr_string(file.id(), "format");
-}
-
 // Returns the exit code; prints the report on stdout.
 int inspect(const std::string& path) {
-  const std::string format = format_of(path);
-  if (format == data::kFormatName) {
-    std::cout << data::describe(path);
+  if (data::is_dataset_file(path)) {
+    std::cout << data::describe(*data::Dataset::open(path));
     return 0;
   }
-  HT_REQUIRE(format == checkpoint::kFormatName, ExitCode::kData, "{}: unknown format '{}' (expected '{}' or '{}')",
-             path, format, data::kFormatName, checkpoint::kFormatName);
+  HT_REQUIRE(checkpoint::is_checkpoint_file(path), ExitCode::kData,
+             "{}: not an hpctrain dataset or checkpoint (root attribute 'format' is neither '{}' nor '{}')", path,
+             data::kFormatName, checkpoint::kFormatName);
   bool ok = false;
-  std::cout << checkpoint::describe(path, &ok);
+  std::cout << train::inspect_checkpoint(path, &ok);
   return ok ? 0 : static_cast<int>(ExitCode::kData);
 }
 

@@ -14,6 +14,7 @@ namespace {
 
 struct PrepareArgs {
   data::PrepareOptions opts;
+  std::string tokenizer = "byte";
   std::string check;          // dataset file to validate instead of preparing
   int64_t micro_batch = 8;    // --check: per-rank micro-batch
   int64_t grad_accum = 1;
@@ -21,27 +22,27 @@ struct PrepareArgs {
 
 // Every rank opens the file, reads its share of one training epoch and of the validation split.
 void check_dataset(const PrepareArgs& a, comm::Communicator& comm) {
-  const data::DatasetMeta meta = data::read_meta(a.check);
-  const int64_t seq_len = meta.task == "classification" ? 0 : a.opts.seq_len;
+  const auto dataset = data::Dataset::open(a.check);
+  const data::DatasetMeta& meta = dataset->meta();
+  const int64_t seq_len = meta.task == config::Task::kClassification ? 0 : a.opts.seq_len;
   data::LoaderOptions lo;
-  lo.path = a.check;
   lo.seq_len = seq_len;
   lo.micro_batch = a.micro_batch;
   lo.grad_accum = a.grad_accum;
   lo.seed = a.opts.seed;
   lo.model_vocab_size = a.opts.vocab_size;
-  data::Loader loader(lo, comm);
+  data::Loader loader(dataset, lo, comm);
   int64_t tokens = 0;
   for (int64_t i = 0; i < loader.steps_per_epoch() * a.grad_accum; ++i) tokens += loader.next().num_tokens;
   int64_t val_samples = 0;
   if (data::num_samples(meta, "val", seq_len) > 0) {
-    data::EvalReader eval(a.check, "val", seq_len, a.micro_batch, comm);
+    data::EvalReader eval(dataset, "val", seq_len, a.micro_batch, comm);
     data::Batch b;
     while (eval.next(b)) val_samples += b.input.size(0);
   }
   HT_INFO("check: {} ok ({}; train: {} samples, {} steps/epoch of {} ranks x {} x {}, {} tokens read on rank 0; "
           "val: {} samples on rank 0)",
-          a.check, meta.task, loader.samples_per_epoch(), loader.steps_per_epoch(), comm.size(), a.grad_accum,
+          a.check, config::name_of(meta.task), loader.samples_per_epoch(), loader.steps_per_epoch(), comm.size(), a.grad_accum,
           a.micro_batch, tokens, val_samples);
 }
 
@@ -50,7 +51,7 @@ Phases configure(CLI::App& sub) {
   auto& o = a->opts;
   sub.add_option("--input", o.inputs, "text file or directory (repeatable; with --labels-from-dirs: [NAME=]PATH per label)");
   sub.add_option("--output", o.output, "dataset file to write (HDF5)");
-  sub.add_option("--tokenizer", o.tokenizer, "byte | bpe")->capture_default_str();
+  sub.add_option("--tokenizer", a->tokenizer, "byte | bpe")->capture_default_str();
   sub.add_option("--vocab-size", o.vocab_size,
                  "bpe: vocabulary size (>= 258, 0 = 1024); with --check: the model's vocab_size to check against");
   sub.add_option("--val-fraction", o.val_fraction, "share of documents in the validation split")->capture_default_str();
@@ -70,6 +71,10 @@ Phases configure(CLI::App& sub) {
     }
     HT_REQUIRE(!a->opts.inputs.empty() && !a->opts.output.empty(), ExitCode::kUsage,
                "prepare: --input and --output are required (or --check FILE)");
+    const auto kind = config::parse_enum<data::TokenizerKind>(a->tokenizer);
+    HT_REQUIRE(kind.has_value(), ExitCode::kUsage, "prepare: --tokenizer '{}' must be one of: {}", a->tokenizer,
+               config::choices<data::TokenizerKind>());
+    a->opts.tokenizer = *kind;
     if (ctx.comm.rank() == 0) data::prepare(a->opts);
   };
   p.run = [](Context&) { return 0; };

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/signals.h"
+#include "train/run_setup.h"
 #include "train/trainer.h"
 
 namespace ht::app {
@@ -18,7 +19,10 @@ struct TrainArgs {
   std::string resume_from;
   bool dump_config = false;
   bool help_config = false;
+  bool config_docs = false;
   config::Config cfg;
+  train::RunSetup setup;
+  std::vector<fs::DirectoryLock> locks;  // the run's directories, held until the process ends
 };
 
 // Rank 0 prints "rank R on host H" for every rank: multi-node runs show their distinct hosts.
@@ -40,21 +44,28 @@ Phases configure_train(CLI::App& sub) {
   sub.add_option("--resume-from", args->resume_from, "continue from this checkpoint file")->excludes(resume);
   sub.add_flag("--dump-config", args->dump_config, "print the resolved config and exit");
   sub.add_flag("--help-config", args->help_config, "list every config key with its type, default and meaning");
+  sub.add_flag("--help-config-markdown", args->config_docs, "the same as the Markdown tables of docs/config.md");
   Phases p;
   p.setup = [args](Context& ctx) {
-    if (args->help_config) return;
+    if (args->help_config || args->config_docs) return;
     // From here on SIGTERM/SIGUSR1 only set a flag: a pre-emption during start-up (config, data
     // checks, model build, a long resume) is honoured after the first step (checkpoint, exit 75)
     // instead of killing the rank. Only the MPI start itself remains unprotected.
     signals::install();
     args->cfg = config::load(args->config_path, args->overrides);
     log::set_level(args->cfg.log.level);
+    log::set_all_ranks(args->cfg.log.all_ranks);
     if (args->dump_config) return;
-    args->cfg = train::resolve_with_dataset(args->cfg);
+    args->setup = train::resolve_run(args->cfg);
+    args->locks = train::prepare_output_dirs(args->setup.cfg, ctx.comm.rank() == 0);
   };
   p.run = [args](Context& ctx) -> int {
     if (args->help_config) {
       if (ctx.comm.rank() == 0) std::cout << "Config keys (section.key  type  default  meaning):\n" << config::describe_keys();
+      return 0;
+    }
+    if (args->config_docs) {
+      if (ctx.comm.rank() == 0) std::cout << config::describe_keys_markdown();
       return 0;
     }
     if (args->dump_config) {
@@ -63,7 +74,7 @@ Phases configure_train(CLI::App& sub) {
     }
     log_rank_hosts(ctx.comm);
     train::ResumeRequest resume{args->resume, args->resume_from};
-    train::Trainer trainer(args->cfg, ctx.comm, resume);
+    train::Trainer trainer(args->setup, ctx.comm, resume);
     return trainer.run();
   };
   return p;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "app/commands.h"
+#include "core/hash.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -15,11 +16,34 @@ std::vector<Command>& registry() {
   return r;
 }
 
-// Every rank reaches this point; the worst exit code wins, and only failing ranks print.
+// Every rank reaches this point; the worst exit code wins. A fault every failing rank met alike
+// (a config key, a dataset) is printed once, by the lowest failing rank; faults that differ
+// between ranks are printed by each rank that met them.
 int agree_on_exit(comm::Communicator& comm, int local_code, const std::string& message) {
-  if (local_code != 0) HT_ERROR("{}", message);
-  int64_t code = comm.allreduce_max(static_cast<int64_t>(local_code));
-  return static_cast<int>(code);
+  const uint64_t mine = local_code == 0 ? 0 : fnv1a(kFnvOffset, fmt::format("{}|{}", local_code, message));
+  std::vector<uint64_t> all(static_cast<size_t>(comm.size()));
+  comm.allgather(&mine, all.data(), sizeof(mine));
+  int first_failing = -1;
+  bool alike = true;
+  for (int r = 0; r < comm.size(); ++r) {
+    if (all[static_cast<size_t>(r)] == 0) continue;
+    if (first_failing < 0) first_failing = r;
+    alike = alike && all[static_cast<size_t>(r)] == all[static_cast<size_t>(first_failing)];
+  }
+  if (local_code != 0 && (!alike || comm.rank() == first_failing)) HT_ERROR("{}", message);
+  return static_cast<int>(comm.allreduce_max(static_cast<int64_t>(local_code)));
+}
+
+// "hpctrain trian ...": CLI11 would only say that a subcommand is required.
+std::string unknown_subcommand(int argc, char** argv, const std::vector<Command>& commands) {
+  if (argc < 2 || argv[1][0] == '-') return "";
+  std::string names;
+  for (const auto& c : commands) {
+    if (c.name == argv[1]) return "";
+    names += (names.empty() ? "" : ", ") + c.name;
+  }
+  return fmt::format("hpctrain: unknown subcommand '{}' (the subcommands are: {}; see hpctrain --help)", argv[1],
+                     names);
 }
 
 }  // namespace
@@ -44,6 +68,10 @@ int run_main(int argc, char** argv) {
   }
   for (size_t i = 0; i < subs.size(); ++i) subs[i].second = configures[i](*subs[i].first);
 
+  if (const std::string bad = unknown_subcommand(argc, argv, registry()); !bad.empty()) {
+    if (comm->rank() == 0) std::cerr << bad << "\n";
+    return static_cast<int>(ExitCode::kUsage);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

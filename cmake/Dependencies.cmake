@@ -46,15 +46,21 @@ foreach(dep nlohmann_json CLI11 tomlplusplus)
   endif()
 endforeach()
 
-# One interface target carries every dependency, so all targets compile with identical
-# flags and can share one precompiled header.
-add_library(ht_deps INTERFACE)
-target_link_libraries(ht_deps INTERFACE ${TORCH_LIBRARIES} MPI::MPI_CXX ${HDF5_C_LIBRARIES}
-  nlohmann_json::nlohmann_json CLI11::CLI11 tomlplusplus::tomlplusplus)
-target_include_directories(ht_deps INTERFACE ${HDF5_C_INCLUDE_DIRS} ${CMAKE_SOURCE_DIR}/lib)
-target_compile_definitions(ht_deps INTERFACE ${HDF5_C_DEFINITIONS} FMT_HEADER_ONLY=1
-  HPCTRAIN_VERSION="${PROJECT_VERSION}")
+# One interface target per external dependency, so that each library states what it uses.
+add_library(ht_ext_torch INTERFACE)
+target_link_libraries(ht_ext_torch INTERFACE ${TORCH_LIBRARIES})
+add_library(ht_ext_mpi INTERFACE)
+target_link_libraries(ht_ext_mpi INTERFACE MPI::MPI_CXX)
+add_library(ht_ext_hdf5 INTERFACE)
+target_link_libraries(ht_ext_hdf5 INTERFACE ${HDF5_C_LIBRARIES})
+target_include_directories(ht_ext_hdf5 SYSTEM INTERFACE ${HDF5_C_INCLUDE_DIRS})
+target_compile_definitions(ht_ext_hdf5 INTERFACE ${HDF5_C_DEFINITIONS})
 if(HDF5_IS_PARALLEL)
-  target_compile_definitions(ht_deps INTERFACE HPCTRAIN_HDF5_PARALLEL=1)
+  target_compile_definitions(ht_ext_hdf5 INTERFACE HPCTRAIN_HDF5_PARALLEL=1)
 endif()
-target_compile_options(ht_deps INTERFACE -Wall -Wextra -Wno-unused-parameter)
+
+# Flags every target of the project compiles with (identical, so that one precompiled header
+# serves them all). fmt comes header-only from libtorch's include directory (see above).
+add_library(ht_flags INTERFACE)
+target_compile_definitions(ht_flags INTERFACE FMT_HEADER_ONLY=1 HPCTRAIN_VERSION="${PROJECT_VERSION}")
+target_compile_options(ht_flags INTERFACE -Wall -Wextra -Wno-unused-parameter)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check (issue 9, part 4): on a machine with one NVIDIA GPU, in at most ~10 minutes,
+# GPU check: on a machine with one NVIDIA GPU, in at most ~10 minutes,
 #   1. checks the tools and dev files it needs (says exactly what is missing),
 #   2. builds hpctrain + the CUDA-labelled tests against THIS machine's libtorch
 #      (python -c 'import torch; print(torch.utils.cmake_prefix_path)'; else ~/.cache/hpctrain),
@@ -90,8 +90,9 @@ mkdir -p "$WORK"
 run_phase configure 120 cmake -S "$ROOT" -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DTorch_DIR="$TORCH_DIR" -DHPCTRAIN_BUILD_BENCH=OFF || { say "RESULT: configure failed"; exit 1; }
 # The CUDA-labelled tests' executables: ctest names unit.X / mpi.X.npN -> target X.
+# ctest names unit.<module> -> executable unit_<module>; mpi.mpi_<module>.npN -> mpi_<module>.
 mapfile -t CUDA_TARGETS < <(ctest --test-dir "$BUILD_DIR" -N -L cuda 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: //p' |
-  sed -E 's/^(unit|mpi)\.//; s/\.np[0-9]+$//' | grep '^test_' | sort -u)
+  sed -E 's/^unit\.([a-z_]+)$/unit_\1/; s/^mpi\.(mpi_[a-z_]+)\.np[0-9]+$/\1/' | sort -u)
 say "CUDA-labelled test executables: ${CUDA_TARGETS[*]:-(none registered)}"
 run_phase build 300 cmake --build "$BUILD_DIR" -j "$JOBS" --target hpctrain "${CUDA_TARGETS[@]}" ||
   { say "RESULT: build failed"; exit 1; }
@@ -102,7 +103,8 @@ if [ ${#CUDA_TARGETS[@]} -gt 0 ]; then
   run_phase ctest_cuda 150 ctest --test-dir "$BUILD_DIR" -L cuda --output-on-failure
   grep -E "tests passed|tests failed|Passed|Failed|Not Run" "$WORK/ctest_cuda.log" | tail -n 25 | sed 's/^/  /' >>"$RESULT"
 else
-  say "[ctest_cuda] no test carries the cuda label in this build"
+  say "[ctest_cuda] FAILED: no test carries the cuda label in this build (tests/CMakeLists.txt labels them)"
+  status=1
 fi
 
 # --- 4. GPT-2-124M-shaped training, recompute none / full / selective

@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/build.sh
-if [ -x scripts/setup-python.sh ]; then ./scripts/setup-python.sh >/dev/null || echo "hpctrain: Python reference env unavailable; python tests will be skipped" >&2; fi
+./scripts/setup-python.sh >/dev/null || { echo "hpctrain: the Python reference environment could not be set up (see the message above); the python suites need it" >&2; exit 1; }
+# Every suite must run here: a missing prerequisite fails its tests instead of skipping them.
+export HPCTRAIN_REQUIRE_ALL_SUITES=1
 cd build
 ctest --output-on-failure --timeout 900 -j "${HPCTRAIN_TEST_JOBS:-2}" "$@"

@@ -37,11 +37,14 @@ int main(int argc, char** argv) {
     cfg.train.warmup_steps = 5;
     cfg.local_sgd.enabled = true;
     cfg.local_sgd.steps = local_steps;
-    const auto meta = ht::data::read_meta(data_path);
-    cfg.model.vocab_size = meta.vocab_size;
+    const auto data = ht::data::Dataset::open(data_path);
+    cfg.model.vocab_size = data->meta().vocab_size;
     cfg.model.n_layer = 2;
     cfg.model.d_model = 64;
     cfg.model.seq_len = 64;
+    cfg.train.micro_batch_size = 8;
+    cfg.train.grad_accum_steps = accum;
+    cfg.data.prefetch_batches = 2;
     torch::set_num_threads(1);
     torch::manual_seed(0);
 
@@ -49,7 +52,7 @@ int main(int argc, char** argv) {
     auto optimizer = ht::train::make_adamw(*model, cfg.train);
     ht::train::LrSchedule lr_scheduler(cfg.train, steps);
     ht::train::Accelerator accelerator(accum);
-    ht::data::Loader loader({data_path, "train", cfg.model.seq_len, 8, accum, true, 1234, 2}, *comm);
+    ht::data::Loader loader(data, ht::data::LoaderOptions::from_config(cfg), *comm);
 
     double first = 0, last = 0;
     {

@@ -1,6 +1,6 @@
-// Checkpoint files (HDF5): save, load, verify, rotate, `latest` pointer. Layout: docs/checkpoint-format.md.
-// CONTRACT header written before the implementation; the checkpoint module owns and may extend it.
-// Not to be confused with lib/recompute (activation recompute).
+// Checkpoint files (HDF5): save, load, verify, rotate, `latest` pointer, and whether a checkpoint
+// fits a model. Layout: docs/checkpoint-format.md. Not to be confused with lib/recompute
+// (activation recompute).
 #pragma once
 #include <torch/torch.h>
 
@@ -27,6 +27,9 @@ struct Snapshot {
   // On load with a different world size, rank r gets the entries of old rank r % old_world.
   std::map<std::string, torch::Tensor> per_rank;
   int64_t world_size = 1;
+  // The run this state belongs to (root attribute `run_id`): a resumed run continues its lineage,
+  // and rotation only ever deletes files of its own run. Empty in files written before run ids.
+  std::string run_id;
   // Filled on load (ignored by save): the root attribute `step` and the file the snapshot came from.
   int64_t step = -1;
   std::string path;
@@ -36,7 +39,9 @@ class Manager {
  public:
   Manager(std::string dir, int64_t keep, comm::Communicator& comm);
   // Collective. Rank 0 writes <dir>/ckpt-<step>.h5 via tmp -> fsync -> rename -> fsync(dir),
-  // then updates <dir>/latest atomically and deletes all but the newest `keep`. Returns the path.
+  // then updates <dir>/latest atomically and rotates: of the files of the same run (s.run_id) with
+  // a lower step, the newest keep - 1 stay; files of other runs, and files with a higher step (a
+  // run resumed from an earlier checkpoint) are never deleted. Returns the path.
   // Every rank throws the same ht::Error(kData) if the write failed (previous checkpoints intact).
   std::string save(const Snapshot& s, int64_t step);
   // Collective. Newest checkpoint that verifies (falls back with a warning); nullopt if the
@@ -55,9 +60,8 @@ class Manager {
 
 // --- Local (non-collective) helpers: tools, eval, tests. -----------------------------------------
 
-// Creates the checkpoint directory (and parents) if needed; throws ht::Error(kData) naming it if
-// that fails or it is not writable. Lets a trainer fail at setup rather than at its first save.
-void prepare_directory(const std::string& dir);
+// A new run id: host, pid, time and random bits (rank 0 makes one; the trainer shares it).
+std::string new_run_id();
 // "ckpt-00000010.h5" for step 10.
 std::string file_name_for_step(int64_t step);
 // Final checkpoint files (ckpt-<step>.h5) in dir, newest step first; empty if dir is missing.
@@ -66,6 +70,12 @@ std::vector<std::string> list_checkpoints(const std::string& dir);
 // Reads and verifies a whole file from this process alone; per_rank holds the entries of old
 // rank (rank % world_size of the file). Throws ht::Error(kData) naming the file and the fault.
 Snapshot read_file(const std::string& path, int rank = 0);
+
+// The resolved config stored in a checkpoint (/config) as TOML text. Throws ht::Error(kData)
+// naming the file when it is not an hpctrain checkpoint or holds no config.
+std::string read_config_text(const std::string& path);
+// True when the file's root attribute `format` names a checkpoint (a cheap look for `inspect`).
+bool is_checkpoint_file(const std::string& path);
 
 struct Verification {
   bool ok = false;
@@ -81,8 +91,22 @@ Verification verify(const std::string& path);
 // *ok (if given) is set to whether the file verified. Throws only if the file cannot be opened.
 std::string describe(const std::string& path, bool* ok = nullptr);
 
-// Throws ht::Error(kUsage) naming the first parameter whose presence or shape differs between the
-// checkpoint's "model/<name>" tensors and the model's named parameters.
-void check_compatible(const Snapshot& file, const std::map<std::string, torch::Tensor>& model_params);
+// What a run expects of a checkpoint: the model's tensors by name (shape and dtype are compared)
+// and, when it resumes training, the optimizer state.
+struct Expectation {
+  std::map<std::string, torch::Tensor> params;   // "wte.weight" -> parameter
+  std::map<std::string, torch::Tensor> buffers;  // "name" -> float buffer
+  bool optimizer = false;        // resume: AdamW moments must fit the parameters too
+  bool moments_per_rank = false; // this run keeps AdamW moments per rank (local SGD)
+};
+
+// The one answer to "does this checkpoint fit this model?", used by resume, eval and inspect.
+// Both directions: every parameter of the model is in the file with the same shape and dtype, and
+// every tensor under model/ in the file is a parameter of the model (a truncated or different
+// model is refused); with want.optimizer, every moment belongs to a parameter and has its shape,
+// and per-rank moments are accepted only by a run that keeps them per rank (otherwise the
+// replicas would silently drift apart). Throws ht::Error(kUsage) naming the file, the tensor and
+// what to change.
+void check_compatible(const Snapshot& file, const Expectation& want);
 
 }  // namespace ht::checkpoint

@@ -1,6 +1,7 @@
-// Human-readable checkpoint report (`hpctrain inspect`) and the model compatibility check.
+// Human-readable checkpoint report (`hpctrain inspect`) and the checkpoint/model compatibility check.
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "checkpoint/checkpoint.h"
@@ -96,23 +97,73 @@ std::string describe(const std::string& path, bool* ok) {
   return out.str();
 }
 
-void check_compatible(const Snapshot& file, const std::map<std::string, torch::Tensor>& model_params) {
-  for (const auto& [name, p] : model_params) {
-    auto it = file.tensors.find("model/" + name);
+namespace {
+
+// Both directions for one group ("model/" or "model_buffers/") of the file against the model's tensors.
+void check_group(const Snapshot& file, const std::string& prefix, const std::map<std::string, torch::Tensor>& want,
+                 const char* what) {
+  for (const auto& [name, t] : want) {
+    auto it = file.tensors.find(prefix + name);
     HT_REQUIRE(it != file.tensors.end(), ExitCode::kUsage,
-               "checkpoint {} does not fit the model: it has no parameter '{}' (different model config?)", file.path,
+               "checkpoint {} does not fit the model: it has no {} '{}' (different model config?)", file.path, what,
                name);
-    HT_REQUIRE(it->second.sizes() == p.sizes(), ExitCode::kUsage,
-               "checkpoint {} does not fit the model: parameter '{}' has shape {} in the checkpoint but {} in the "
-               "model",
-               file.path, name, shape_text(it->second), shape_text(p));
+    HT_REQUIRE(it->second.sizes() == t.sizes(), ExitCode::kUsage,
+               "checkpoint {} does not fit the model: {} '{}' has shape {} in the checkpoint but {} in the model",
+               file.path, what, name, shape_text(it->second), shape_text(t));
+    HT_REQUIRE(it->second.scalar_type() == t.scalar_type(), ExitCode::kUsage,
+               "checkpoint {} does not fit the model: {} '{}' is {} in the checkpoint but {} in the model", file.path,
+               what, name, dtype_text(it->second), dtype_text(t));
   }
   for (const auto& [key, t] : file.tensors) {
-    if (key.rfind("model/", 0) != 0) continue;
-    HT_REQUIRE(model_params.count(key.substr(6)), ExitCode::kUsage,
-               "checkpoint {} does not fit the model: it has parameter '{}' that the model lacks", file.path,
-               key.substr(6));
+    if (key.rfind(prefix, 0) != 0) continue;
+    HT_REQUIRE(want.count(key.substr(prefix.size())), ExitCode::kUsage,
+               "checkpoint {} does not fit the model: it has {} '{}' that the model lacks (the checkpoint's model is "
+               "larger or different; check model.n_layer and the other model.* keys)",
+               file.path, what, key.substr(prefix.size()));
   }
+}
+
+bool has_moments(const detail::TensorMap& m) {
+  return std::any_of(m.begin(), m.end(), [](const auto& kv) { return kv.first.rfind("optimizer/", 0) == 0; });
+}
+
+void check_moments(const Snapshot& file, const detail::TensorMap& moments, const std::map<std::string, torch::Tensor>& params) {
+  for (const auto& [key, t] : moments) {
+    if (key.rfind("optimizer/", 0) != 0) continue;
+    const auto slash = key.find('/', 10);
+    HT_REQUIRE(slash != std::string::npos, ExitCode::kData, "checkpoint {}: malformed optimizer entry '{}'", file.path,
+               key);
+    const std::string kind = key.substr(10, slash - 10), name = key.substr(slash + 1);
+    auto p = params.find(name);
+    HT_REQUIRE(p != params.end(), ExitCode::kUsage,
+               "checkpoint {} does not fit the model: optimizer state '{}' belongs to no parameter of the model",
+               file.path, key);
+    if (kind == "step") {
+      HT_REQUIRE(t.numel() == 1, ExitCode::kData, "checkpoint {}: '{}' must hold one step count, has {} values",
+                 file.path, key, t.numel());
+      continue;
+    }
+    HT_REQUIRE(kind == "exp_avg" || kind == "exp_avg_sq", ExitCode::kData, "checkpoint {}: unknown optimizer entry '{}'",
+               file.path, key);
+    HT_REQUIRE(t.sizes() == p->second.sizes(), ExitCode::kUsage,
+               "checkpoint {} does not fit the model: '{}' has shape {} but parameter '{}' has {}", file.path, key,
+               shape_text(t), name, shape_text(p->second));
+  }
+}
+
+}  // namespace
+
+void check_compatible(const Snapshot& file, const Expectation& want) {
+  check_group(file, "model/", want.params, "parameter");
+  check_group(file, "model_buffers/", want.buffers, "buffer");
+  if (!want.optimizer) return;
+  const bool per_rank = has_moments(file.per_rank);
+  HT_REQUIRE(!per_rank || want.moments_per_rank, ExitCode::kUsage,
+             "checkpoint {} keeps AdamW moments per rank (written with local SGD), but this run averages gradients "
+             "every step and would let replicas that start from different moments drift apart; resume with "
+             "local_sgd.enabled = true",
+             file.path);
+  check_moments(file, per_rank ? file.per_rank : file.tensors, want.params);
 }
 
 }  // namespace ht::checkpoint

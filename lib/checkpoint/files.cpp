@@ -9,10 +9,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <fstream>
+#include <random>
 #include <regex>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/log.h"
 #include "core/timer.h"
 
@@ -23,11 +26,6 @@ namespace {
 
 std::string join(const std::string& dir, const std::string& name) {
   return !dir.empty() && dir.back() == '/' ? dir + name : dir + "/" + name;
-}
-
-bool is_dir(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 bool is_regular(const std::string& path) {
@@ -53,17 +51,24 @@ const std::regex& name_pattern() {
   return re;
 }
 
+// The step in a checkpoint's name; nullopt for other names, and for digits beyond int64 (a
+// stray file must not make every save and resume fail).
 std::optional<int64_t> step_of(const std::string& file_name) {
   std::smatch m;
-  if (!std::regex_match(file_name, m, name_pattern())) return std::nullopt;
+  if (!std::regex_match(file_name, m, name_pattern()) || m[1].length() > 18) return std::nullopt;
   return std::stoll(m[1].str());
 }
 
 }  // namespace
 
-void prepare_directory(const std::string& dir) { detail::ensure_writable_dir(dir); }
-
 std::string file_name_for_step(int64_t step) { return fmt::format("ckpt-{:08d}.h5", step); }
+
+std::string new_run_id() {
+  char host[64] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  std::random_device rd;
+  return fmt::format("{}-{}-{}-{:08x}", host, ::getpid(), static_cast<int64_t>(std::time(nullptr)), rd());
+}
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {
   std::vector<std::pair<int64_t, std::string>> found;
@@ -141,11 +146,19 @@ int64_t estimated_bytes(const Snapshot& shared, const std::vector<TensorMap>& pe
   return bytes + bytes / 50;  // chunk index and checksum overhead
 }
 
-// Keeps the file just written plus the newest keep-1 others.
-void rotate(const std::string& dir, int64_t keep, const std::string& just_written) {
+// Keeps the file just written plus the newest keep-1 earlier files of the same run. Files of
+// other runs (another run_id, or none) are not this run's to delete, and files with a higher step
+// than the one just written belong to a timeline this run abandoned by resuming from an earlier
+// checkpoint (one of them may be the damaged file it fell back from): they stay until this run
+// overwrites them by reaching their step.
+void rotate(const std::string& dir, int64_t keep, const std::string& just_written, int64_t step,
+            const std::string& run_id) {
+  if (run_id.empty()) return;
   int64_t kept = 1;
   for (const auto& path : list_checkpoints(dir)) {
     if (path == just_written) continue;
+    const auto file_step = step_of(path.substr(path.rfind('/') + 1));
+    if (!file_step || *file_step >= step || run_id_of(path) != run_id) continue;
     if (kept < keep) { ++kept; continue; }
     if (::unlink(path.c_str()) != 0) HT_WARN("could not delete old checkpoint {}: {}", path, std::strerror(errno));
     else HT_DEBUG("deleted old checkpoint {}", path);
@@ -154,24 +167,9 @@ void rotate(const std::string& dir, int64_t keep, const std::string& just_writte
 
 }  // namespace
 
-void ensure_writable_dir(const std::string& dir) {
-  HT_REQUIRE(!dir.empty(), ExitCode::kData, "checkpoint directory is empty (set checkpoint.dir or train.output_dir)");
-  // mkdir -p: each prefix in turn; EEXIST is fine, anything else is reported by the final check.
-  int err = 0;
-  for (size_t pos = dir.find('/', 1); ; pos = dir.find('/', pos + 1)) {
-    const std::string prefix = dir.substr(0, pos);
-    if (!prefix.empty() && ::mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST) err = errno;
-    if (pos == std::string::npos) break;
-  }
-  HT_REQUIRE(is_dir(dir), ExitCode::kData, "checkpoint directory {} cannot be created: {}", dir,
-             err ? std::strerror(err) : "a path component is not a directory");
-  HT_REQUIRE(::access(dir.c_str(), W_OK | X_OK) == 0, ExitCode::kData, "checkpoint directory {} is not writable: {}",
-             dir, std::strerror(errno));
-}
-
 std::string commit_checkpoint(const std::string& dir, const Snapshot& shared, const std::vector<TensorMap>& per_rank,
                               int64_t step, int64_t world_size, int64_t keep) {
-  ensure_writable_dir(dir);
+  fs::ensure_writable_dir(dir, "checkpoint directory");
   remove_stale_tmps(dir);
   const std::string path = join(dir, file_name_for_step(step)), tmp = path + ".tmp";
   Stopwatch clock;
@@ -195,7 +193,7 @@ std::string commit_checkpoint(const std::string& dir, const Snapshot& shared, co
   } catch (const std::exception& e) {
     HT_WARN("checkpoint {} written but `latest` not updated: {}", path, e.what());
   }
-  rotate(dir, keep, path);
+  rotate(dir, keep, path, step, shared.run_id);
   return path;
 }
 

@@ -10,9 +10,6 @@
 
 namespace ht::checkpoint::detail {
 
-// Creates dir (and parents) if needed; throws ht::Error(kData) naming it if that fails or it is
-// not a writable directory.
-void ensure_writable_dir(const std::string& dir);
 // The whole protocol (rank 0 only). Returns the final path. On failure nothing carries the final
 // name (the .tmp is removed) and earlier checkpoints and `latest` are untouched.
 std::string commit_checkpoint(const std::string& dir, const Snapshot& shared, const std::vector<TensorMap>& per_rank,

@@ -107,8 +107,9 @@ std::string iso8601_now() {
   return buf;
 }
 
-void write_root_attrs(hid_t file, int64_t step, int64_t world_size) {
+void write_root_attrs(hid_t file, int64_t step, int64_t world_size, const std::string& run_id) {
   io::set_attr(file, "format", std::string(kFormatName));
+  if (!run_id.empty()) io::set_attr(file, "run_id", run_id);
   io::set_attr(file, "format_version", kFormatVersion);
   io::set_attr(file, "hpctrain_version", std::string(HPCTRAIN_VERSION));
   io::set_attr(file, "torch_version", std::string(TORCH_VERSION));
@@ -179,7 +180,7 @@ void write_file(const std::string& path, const Snapshot& shared, const std::vect
   HT_REQUIRE(id >= 0, ExitCode::kData, "{}: cannot create the checkpoint file (directory missing or not writable?)",
              path);
   try {
-    keyed(path, "root attributes", [&] { write_root_attrs(id, step, world_size); });
+    keyed(path, "root attributes", [&] { write_root_attrs(id, step, world_size, shared.run_id); });
     write_body(id, path, shared, per_rank);
   } catch (...) {
     H5Fclose(id);
@@ -213,6 +214,7 @@ void collect_datasets(hid_t file, const std::string& group, std::vector<std::str
 torch::Tensor read_tensor(hid_t file, const std::string& key, int64_t& bytes) {
   const io::DatasetInfo inf = io::info(file, key);
   const torch::ScalarType st = dtype_of(inf, key);
+  io::require_within_file(file, key, inf);
   std::vector<int64_t> shape(inf.dims.begin(), inf.dims.end());
   torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(st));
   if (t.numel() > 0) {
@@ -275,6 +277,7 @@ void read_root(hid_t file, FileContents& c) {
   HT_REQUIRE(c.shared.world_size >= 1 && c.shared.world_size < (1 << 24), ExitCode::kData,
              "root attribute world_size = {} is invalid", c.shared.world_size);
   c.shared.step = io::attr_int(file, "step");
+  if (io::has_attr(file, "run_id")) c.shared.run_id = io::attr_string(file, "run_id");
   c.per_rank.assign(static_cast<size_t>(c.shared.world_size), {});
   for (const char* k : {"format", "hpctrain_version", "torch_version", "time"})
     c.provenance[k] = io::has_attr(file, k) ? io::attr_string(file, k) : "?";
@@ -323,4 +326,31 @@ FileContents read_contents(const std::string& path) {
   return std::move(s.contents);
 }
 
+std::string run_id_of(const std::string& path) {
+  try {
+    io::File f = io::File::open_read(path);
+    return io::has_attr(f.id(), "run_id") ? io::attr_string(f.id(), "run_id") : "";
+  } catch (const Error&) {
+    return "";  // unreadable: nobody's, so never rotated away
+  }
+}
+
 }  // namespace ht::checkpoint::detail
+
+namespace ht::checkpoint {
+
+std::string read_config_text(const std::string& path) {
+  io::File f = io::File::open_read(path);
+  HT_REQUIRE(io::has_attr(f.id(), "format") && io::attr_string(f.id(), "format") == kFormatName, ExitCode::kData,
+             "{}: not an hpctrain checkpoint (its root attribute 'format' is not '{}'; a dataset or another file?)",
+             path, kFormatName);
+  HT_REQUIRE(io::exists(f.id(), "/config"), ExitCode::kData, "{}: the checkpoint holds no /config", path);
+  return io::read_string(f.id(), "/config");
+}
+
+bool is_checkpoint_file(const std::string& path) {
+  io::File f = io::File::open_read(path);
+  return io::has_attr(f.id(), "format") && io::attr_string(f.id(), "format") == kFormatName;
+}
+
+}  // namespace ht::checkpoint

@@ -37,5 +37,7 @@ struct Scan {
 Scan scan_file(const std::string& path, bool stop_at_first);
 // Strict read: throws ht::Error(kData) "<path>: <first fault>" if anything fails to verify.
 FileContents read_contents(const std::string& path);
+// The root attribute run_id of a checkpoint file; "" when absent or unreadable.
+std::string run_id_of(const std::string& path);
 
 }  // namespace ht::checkpoint::detail

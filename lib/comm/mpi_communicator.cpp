@@ -156,7 +156,7 @@ class MpiCommunicator final : public Communicator {
 
   void allreduce(void* buf, size_t count, DType t, ReduceOp op) override {
     HT_REQUIRE(t != DType::kBF16 && t != DType::kF16, ExitCode::kRuntime,
-               "allreduce on 16-bit floats needs comm::average_parameters (fp32 accumulation)");
+               "allreduce on 16-bit floats needs comm::ParamAverager (fp32 accumulation)");
     auto* p = static_cast<char*>(buf);
     const size_t elem = dtype_bytes(t);
     for (size_t done = 0; done < count;) {

@@ -11,7 +11,9 @@
 #include <mpi-ext.h>
 #endif
 
+#include "comm/agree.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/log.h"
 
 namespace ht::comm {
@@ -49,13 +51,6 @@ void sync_if_cuda(const torch::Tensor& t) {
 }
 
 }  // namespace
-
-ExchangeDType parse_exchange_dtype(const std::string& name) {
-  if (name == "fp32") return ExchangeDType::kF32;
-  if (name == "bf16") return ExchangeDType::kBF16;
-  if (name == "fp16") return ExchangeDType::kF16;
-  HT_FAIL(ExitCode::kUsage, "local_sgd.comm_dtype: '{}' is not one of fp32, bf16, fp16", name);
-}
 
 std::string to_string(ExchangeDType t) {
   switch (t) {
@@ -299,7 +294,7 @@ void ParamAverager::average(const std::vector<torch::Tensor>& tensors) {
 uint64_t checksum(const std::vector<torch::Tensor>& tensors) {
   // FNV-1a over (sum of the raw bits as int64, numel) per tensor: any single changed value changes
   // the sum; the tensor order and sizes enter through the hash chain. Costs one read of each tensor.
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = kFnvOffset;
   for (const auto& t0 : tensors) {
     auto t = t0.detach().contiguous().reshape({-1});
     torch::ScalarType bits = torch::kLong;
@@ -313,21 +308,15 @@ uint64_t checksum(const std::vector<torch::Tensor>& tensors) {
     const auto sum = static_cast<uint64_t>(raw.sum(torch::kLong).item<int64_t>());
     for (uint64_t v : {sum, static_cast<uint64_t>(t.numel())}) {
       h ^= v;
-      h *= 1099511628211ull;
+      h *= kFnvPrime;
     }
   }
   return h;
 }
 
 void verify_replicas_equal(Communicator& comm, uint64_t local_checksum, const std::string& what) {
-  std::vector<uint64_t> all(static_cast<size_t>(comm.size()));
-  comm.allgather(&local_checksum, all.data(), sizeof(uint64_t));
-  std::string differing;
-  for (size_t r = 1; r < all.size(); ++r)
-    if (all[r] != all[0]) differing += fmt::format("{}rank {} ({:016x})", differing.empty() ? "" : ", ", r, all[r]);
-  HT_REQUIRE(differing.empty(), ExitCode::kRuntime,
-             "consistency check failed after {}: replicas differ from rank 0 (checksum {:016x}): {}", what, all[0],
-             differing);
+  require_agreement(comm, local_checksum, ExitCode::kRuntime,
+                    fmt::format("consistency check failed after {}: replicas differ from rank 0", what));
 }
 
 void broadcast_tensors(Communicator& comm, const std::vector<torch::Tensor>& tensors, int root) {

@@ -17,8 +17,6 @@
 namespace ht::comm {
 
 enum class ExchangeDType { kF32, kBF16, kF16 };
-// "fp32" | "bf16" | "fp16"; anything else throws ht::Error(kUsage).
-ExchangeDType parse_exchange_dtype(const std::string& name);
 std::string to_string(ExchangeDType t);
 
 // How buffers reach MPI: host memory directly, device memory to a CUDA-aware MPI, or a copy

@@ -1,15 +1,57 @@
 // Typed configuration of a run: sections model, data, train, eval, recompute, local_sgd,
-// checkpoint, log. Resolved as defaults < TOML file < --set section.key=value overrides,
-// then validated as a whole. Every key is documented in docs/config.md and by `--help-config`.
+// checkpoint, log. Resolved as defaults < TOML file < --set section.key=value overrides, then
+// validated as a whole. Every choice is an enum parsed here once; the rest of the code never
+// compares config strings. One key table (config.cpp) drives TOML, --set, --dump-config,
+// --help-config and the tables of docs/config.md.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "config/enum_names.h"
+#include "core/log.h"
+
+namespace ht::config {
+
+enum class Task { kCausalLm, kClassification };
+enum class LrScheduleKind { kCosine, kLinear, kConstant };
+enum class Device { kAuto, kCpu, kCuda };
+enum class Autocast { kNone, kBf16 };
+enum class NanPolicy { kStop, kSkip };
+enum class EvalStrategy { kSteps, kEpoch, kNo };
+enum class RecomputePolicy { kNone, kFull, kEveryK, kSelective };
+enum class OptimizerState { kLocal, kAverage };
+enum class OuterOptimizer { kAverage, kDiloco };
+enum class ExchangeDtype { kFp32, kBf16, kFp16 };
+
+}  // namespace ht::config
+
+HT_ENUM_NAMES(ht::config::Task, {ht::config::Task::kCausalLm, "causal-lm"},
+              {ht::config::Task::kClassification, "classification"})
+HT_ENUM_NAMES(ht::config::LrScheduleKind, {ht::config::LrScheduleKind::kCosine, "cosine"},
+              {ht::config::LrScheduleKind::kLinear, "linear"}, {ht::config::LrScheduleKind::kConstant, "constant"})
+HT_ENUM_NAMES(ht::config::Device, {ht::config::Device::kAuto, "auto"}, {ht::config::Device::kCpu, "cpu"},
+              {ht::config::Device::kCuda, "cuda"})
+HT_ENUM_NAMES(ht::config::Autocast, {ht::config::Autocast::kNone, "none"}, {ht::config::Autocast::kBf16, "bf16"})
+HT_ENUM_NAMES(ht::config::NanPolicy, {ht::config::NanPolicy::kStop, "stop"}, {ht::config::NanPolicy::kSkip, "skip"})
+HT_ENUM_NAMES(ht::config::EvalStrategy, {ht::config::EvalStrategy::kSteps, "steps"},
+              {ht::config::EvalStrategy::kEpoch, "epoch"}, {ht::config::EvalStrategy::kNo, "no"})
+HT_ENUM_NAMES(ht::config::RecomputePolicy, {ht::config::RecomputePolicy::kNone, "none"},
+              {ht::config::RecomputePolicy::kFull, "full"}, {ht::config::RecomputePolicy::kEveryK, "every_k"},
+              {ht::config::RecomputePolicy::kSelective, "selective"})
+HT_ENUM_NAMES(ht::config::OptimizerState, {ht::config::OptimizerState::kLocal, "local"},
+              {ht::config::OptimizerState::kAverage, "average"})
+HT_ENUM_NAMES(ht::config::OuterOptimizer, {ht::config::OuterOptimizer::kAverage, "average"},
+              {ht::config::OuterOptimizer::kDiloco, "diloco"})
+HT_ENUM_NAMES(ht::config::ExchangeDtype, {ht::config::ExchangeDtype::kFp32, "fp32"},
+              {ht::config::ExchangeDtype::kBf16, "bf16"}, {ht::config::ExchangeDtype::kFp16, "fp16"})
+HT_ENUM_NAMES(ht::log::Level, {ht::log::Level::kTrace, "trace"}, {ht::log::Level::kDebug, "debug"},
+              {ht::log::Level::kInfo, "info"}, {ht::log::Level::kWarn, "warn"}, {ht::log::Level::kError, "error"})
+
 namespace ht::config {
 
 struct ModelConfig {
-  std::string task = "causal-lm";  // causal-lm | classification
+  Task task = Task::kCausalLm;
   int64_t n_layer = 4;
   int64_t n_head = 4;
   int64_t d_model = 128;
@@ -37,30 +79,30 @@ struct TrainConfig {
   double lr = 3e-4;
   double min_lr = 3e-5;
   int64_t warmup_steps = 0;
-  std::string lr_schedule = "cosine";  // cosine | linear | constant
+  LrScheduleKind lr_schedule = LrScheduleKind::kCosine;
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
   double grad_clip = 1.0;  // global-norm clip; 0 = off
   int64_t seed = 42;
-  std::string device = "auto";    // auto | cpu | cuda
-  std::string autocast = "none";  // none | bf16 (CUDA only)
+  Device device = Device::kAuto;
+  Autocast autocast = Autocast::kNone;
   int64_t threads = 0;            // intra-op threads per rank; 0 = cores / ranks on the node
-  std::string nan_policy = "stop";  // stop | skip
-  double peak_flops = 0;            // FLOP/s per rank for MFU; 0 = measured at start
+  NanPolicy nan_policy = NanPolicy::kStop;
+  double peak_flops = 0;          // FLOP/s per rank for MFU; 0 = measured at start
   bool deterministic = false;
 };
 
 struct EvalConfig {
-  std::string strategy = "epoch";  // steps | epoch | no
+  EvalStrategy strategy = EvalStrategy::kEpoch;
   int64_t every_steps = 0;
   int64_t batch_size = 16;
   int64_t max_batches = 0;  // per rank; 0 = whole validation set
 };
 
 struct RecomputeConfig {
-  std::string policy = "none";  // none | full | every_k | selective
+  RecomputePolicy policy = RecomputePolicy::kNone;
   int64_t k = 1;                // every_k: recompute blocks with index % k == 0
   int64_t first_n = 0;          // every_k alternative: the first N blocks (0 = unused)
   bool attention_core = true;   // selective: also recompute the attention core (false: keep its outputs)
@@ -71,12 +113,12 @@ struct LocalSgdConfig {
   int64_t steps = 8;           // N local steps between averages
   int64_t warmup_steps = 0;    // synchronous steps before local steps start
   bool average_buffers = true;
-  std::string optimizer_state = "local";  // local | average
-  std::string outer = "average";          // average | diloco
+  OptimizerState optimizer_state = OptimizerState::kLocal;
+  OuterOptimizer outer = OuterOptimizer::kAverage;
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
   bool nesterov = true;
-  std::string comm_dtype = "fp32";  // fp32 | bf16 | fp16
+  ExchangeDtype comm_dtype = ExchangeDtype::kFp32;
   int64_t overlap_steps = 0;        // apply a non-blocking average k steps later; 0 = blocking
   int64_t bucket_mb = 0;            // 0 = one fused buffer
   bool consistency_check = true;
@@ -87,11 +129,12 @@ struct CheckpointConfig {
   int64_t every_steps = 0;   // 0 = only at the end and on signals
   int64_t keep = 2;
   bool save_final = true;
+  bool allow_dataset_change = false;  // resume even if data.path now holds other data than the checkpoint's
 };
 
 struct LogConfig {
   int64_t every_steps = 10;
-  std::string level = "info";
+  log::Level level = log::Level::kInfo;
   bool all_ranks = false;
   std::string metrics_file = "metrics.jsonl";
 };
@@ -110,16 +153,19 @@ struct Config {
 };
 
 // Parses a TOML file (may be empty for defaults only) and applies "section.key=value" overrides.
-// Throws ht::Error(kUsage) naming the key on any unknown key, wrong type or bad value.
+// Throws ht::Error(kUsage) naming the key on any unknown key, wrong type or bad value, and naming
+// the file when it cannot be read.
 Config load(const std::string& path, const std::vector<std::string>& overrides);
 // Same from TOML text (e.g. the config stored inside a checkpoint); origin names it in errors.
 Config load_text(const std::string& toml_text, const std::string& origin, const std::vector<std::string>& overrides);
 void apply_override(Config& cfg, const std::string& assignment);
-// Checks cross-key constraints that do not need the dataset.
+// Checks every key's range and the cross-key constraints that do not need the dataset.
 void validate(const Config& cfg);
 // Resolved config as TOML text (stored in checkpoints, written to the output dir, --dump-config).
 std::string to_toml(const Config& cfg);
-// One line per key: name, type, default, help.
+// One line per key: name, type, default, help (`--help-config`).
 std::string describe_keys();
+// The same as one Markdown table per section (the tables of docs/config.md).
+std::string describe_keys_markdown();
 
 }  // namespace ht::config

@@ -1,4 +1,5 @@
-// Error type, exit codes and the check macros used for every MPI, HDF5 and CUDA call.
+// Error type, exit codes and the check macros used for every MPI and HDF5 call (CUDA is reached
+// only through libtorch, which checks its own calls).
 // Library code throws ht::Error; only app/ catches it and decides how the job ends.
 #pragma once
 #include <fmt/format.h>

@@ -5,7 +5,6 @@
 #include <ctime>
 #include <mutex>
 
-#include "core/error.h"
 
 namespace ht::log {
 namespace {
@@ -14,16 +13,6 @@ int g_world = 1;
 bool g_all_ranks = false;
 Level g_level = Level::kInfo;
 std::mutex g_mutex;
-
-Level parse(const std::string& name) {
-  if (name == "trace") return Level::kTrace;
-  if (name == "debug") return Level::kDebug;
-  if (name == "info") return Level::kInfo;
-  if (name == "warn") return Level::kWarn;
-  if (name == "error") return Level::kError;
-  if (name == "off") return Level::kOff;
-  HT_FAIL(ExitCode::kUsage, "log.level: unknown level '{}' (use trace, debug, info, warn, error, off)", name);
-}
 
 const char* tag(Level l) {
   switch (l) {
@@ -38,14 +27,15 @@ const char* tag(Level l) {
 }
 }  // namespace
 
-void init(int rank, int world_size, const std::string& level, bool all_ranks) {
+void init(int rank, int world_size, Level level, bool all_ranks) {
   g_rank = rank;
   g_world = world_size;
   g_all_ranks = all_ranks;
-  g_level = parse(level);
+  g_level = level;
 }
 
-void set_level(const std::string& level) { g_level = parse(level); }
+void set_level(Level level) { g_level = level; }
+void set_all_ranks(bool all_ranks) { g_all_ranks = all_ranks; }
 
 bool enabled(Level level) {
   if (level < g_level) return false;

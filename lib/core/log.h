@@ -11,9 +11,10 @@ namespace ht::log {
 
 enum class Level { kTrace = 0, kDebug, kInfo, kWarn, kError, kOff };
 
-// Throws ht::Error(kUsage) for an unknown level name.
-void init(int rank, int world_size, const std::string& level = "info", bool all_ranks = false);
-void set_level(const std::string& level);
+void init(int rank, int world_size, Level level = Level::kInfo, bool all_ranks = false);
+void set_level(Level level);
+// Info lines of every rank (log.all_ranks), not only rank 0's.
+void set_all_ranks(bool all_ranks);
 bool enabled(Level level);
 void write(Level level, const std::string& message);
 int rank();

@@ -1,7 +1,6 @@
 // Measured memory accounting. CPU: a counting wrapper around libtorch's CPU allocator
 // (current and peak bytes, optional hard cap). CUDA: the caching allocator's statistics.
 // Process: peak resident set size from /proc/self/status.
-// CONTRACT header written before the implementation; the recompute work owns and may extend it.
 #pragma once
 #include <cstdint>
 

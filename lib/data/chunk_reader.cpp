@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "io/h5.h"
 
 namespace ht::data {
@@ -63,35 +64,59 @@ void pread_all(int fd, uint8_t* out, size_t n, off_t offset, const std::string& 
 
 }  // namespace
 
-ChunkReader::ChunkReader(hid_t file, const std::string& path, const std::string& dataset, size_t cache_bytes)
-    : path_(path), dataset_(dataset), cache_bytes_(cache_bytes) {
+ChunkReader::ChunkReader(hid_t file, int fd, const std::string& path, const std::string& dataset, size_t cache_bytes)
+    : path_(path), dataset_(dataset), fd_(fd), cache_bytes_(cache_bytes) {
   io::Handle ds = io::open_dataset(file, dataset);
   read_layout(file, ds.id());
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  HT_REQUIRE(fd_ >= 0, ExitCode::kData, "{}: cannot open for reading: {}", path, std::strerror(errno));
 }
 
-ChunkReader::~ChunkReader() {
-  if (fd_ >= 0) ::close(fd_);
+ChunkReader::~ChunkReader() = default;
+
+namespace {
+
+// The bytes are decoded here, not by HDF5: the datatype must be exactly a plain little-endian
+// integer of its size (a damaged datatype message with another precision, offset or padding
+// would make HDF5 read other values than this reader).
+void require_plain_integer(hid_t type, size_t size, const std::string& where) {
+  HT_REQUIRE(size == 1 || size == 2 || size == 4 || size == 8, ExitCode::kData, "{}: unsupported integer size {}",
+             where, size);
+  HT_REQUIRE(H5Tget_order(type) == H5T_ORDER_LE || size == 1, ExitCode::kData,
+             "{}: big-endian integers are not supported", where);
+  HT_REQUIRE(H5Tget_precision(type) == size * 8 && H5Tget_offset(type) == 0, ExitCode::kData,
+             "{}: integer datatype with precision {} and offset {} in {} bytes (damaged datatype message?)", where,
+             H5Tget_precision(type), H5Tget_offset(type), size);
+  H5T_pad_t lsb = H5T_PAD_ERROR, msb = H5T_PAD_ERROR;
+  HT_REQUIRE(H5Tget_pad(type, &lsb, &msb) >= 0 && lsb == H5T_PAD_ZERO && msb == H5T_PAD_ZERO, ExitCode::kData,
+             "{}: integer datatype with non-zero padding (damaged datatype message?)", where);
 }
+
+// HDF5 1.10 reports chunk addresses relative to the file's base address, which is the userblock
+// size (0 for files hpctrain writes).
+haddr_t base_address(hid_t file) {
+  io::Handle fcpl(HT_H5_CHECK(H5Fget_create_plist(file)), H5Pclose);
+  hsize_t userblock = 0;
+  HT_H5_CHECK(H5Pget_userblock(fcpl.id(), &userblock));
+  return static_cast<haddr_t>(userblock);
+}
+
+}  // namespace
 
 void ChunkReader::read_layout(hid_t file, hid_t ds) {
   const std::string where = path_ + ":" + dataset_;
   const auto inf = io::info(file, dataset_);
   HT_REQUIRE(inf.type_class == H5T_INTEGER, ExitCode::kData, "{}: not an integer dataset", where);
   io::Handle type(HT_H5_CHECK(H5Dget_type(ds)), H5Tclose);
-  HT_REQUIRE(H5Tget_order(type.id()) == H5T_ORDER_LE || inf.type_size == 1, ExitCode::kData,
-             "{}: big-endian integers are not supported", where);
+  require_plain_integer(type.id(), inf.type_size, where);
   elem_bytes_ = inf.type_size;
   is_signed_ = inf.is_signed;
-  HT_REQUIRE(elem_bytes_ == 1 || elem_bytes_ == 2 || elem_bytes_ == 4 || elem_bytes_ == 8, ExitCode::kData,
-             "{}: unsupported integer size {}", where, elem_bytes_);
   HT_REQUIRE(!inf.dims.empty(), ExitCode::kData, "{}: scalar where an array is expected", where);
+  io::require_within_file(file, dataset_, inf);  // before any table of the declared size is built
   rows_ = static_cast<int64_t>(inf.dims[0]);
   for (size_t i = 1; i < inf.dims.size(); ++i) row_elems_ *= static_cast<int64_t>(inf.dims[i]);
   io::Handle dcpl(HT_H5_CHECK(H5Dget_create_plist(ds)), H5Pclose);
   const H5D_layout_t layout = H5Pget_layout(dcpl.id());
   const size_t row_bytes = static_cast<size_t>(row_elems_) * elem_bytes_;
+  const haddr_t base = base_address(file);
   if (layout != H5D_CHUNKED) {  // contiguous or compact: small, hold it in memory (read by HDF5 here)
     contiguous_.resize(static_cast<size_t>(rows_) * row_bytes);
     if (!contiguous_.empty()) HT_H5_CHECK(H5Dread(ds, type.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, contiguous_.data()));
@@ -114,6 +139,7 @@ void ChunkReader::read_layout(hid_t file, hid_t ds) {
   for (size_t i = 1; i < chunk.size(); ++i)
     HT_REQUIRE(chunk[i] == inf.dims[i], ExitCode::kData, "{}: chunks must span whole rows", where);
   chunk_rows_ = static_cast<int64_t>(chunk[0]);
+  HT_REQUIRE(chunk_rows_ > 0, ExitCode::kData, "{}: chunks of zero rows", where);
   const hsize_t payload = static_cast<hsize_t>(chunk_rows_) * row_bytes;
   const int64_t n = rows_ == 0 ? 0 : (rows_ + chunk_rows_ - 1) / chunk_rows_;
   chunks_.resize(static_cast<size_t>(n));
@@ -124,6 +150,7 @@ void ChunkReader::read_layout(hid_t file, hid_t ds) {
     Chunk& k = chunks_[static_cast<size_t>(c)];
     if (H5Dget_chunk_info_by_coord(ds, offset.data(), &mask, &k.address, &k.stored_bytes) < 0)
       k.address = HADDR_UNDEF;
+    if (k.address != HADDR_UNDEF) k.address += base;
     k.checksummed = fletcher_index >= 0 && !(mask & (1u << fletcher_index));
     const hsize_t expected = payload + (k.checksummed ? 4 : 0);
     HT_REQUIRE(k.address == HADDR_UNDEF || k.stored_bytes == expected, ExitCode::kData,
@@ -195,6 +222,17 @@ void ChunkReader::read_rows(int64_t start, int64_t count, int64_t cols, int64_t*
     }
     r += n;
   }
+}
+
+uint64_t ChunkReader::checksum_digest() const {
+  uint64_t h = kFnvOffset;
+  for (const Chunk& k : chunks_) {
+    if (!k.checksummed || k.address == HADDR_UNDEF) continue;
+    uint8_t stored[4];
+    pread_all(fd_, stored, 4, static_cast<off_t>(k.address + k.stored_bytes - 4), path_ + ":" + dataset_);
+    h = fnv1a(h, stored, 4);
+  }
+  return h;
 }
 
 int64_t ChunkReader::verify_all() {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -21,11 +22,15 @@ uint32_t fletcher32(const uint8_t* data, size_t len);
 
 class ChunkReader {
  public:
-  // file: an open HDF5 file id of `path`; dataset: absolute name ("/train/tokens").
-  ChunkReader(hid_t file, const std::string& path, const std::string& dataset, size_t cache_bytes = 64u << 20);
+  // file: an open HDF5 file id of `path`; fd: a read-only descriptor of the same file that
+  // outlives the reader (Dataset owns both); dataset: absolute name ("/train/tokens").
+  ChunkReader(hid_t file, int fd, const std::string& path, const std::string& dataset, size_t cache_bytes = 64u << 20);
   ~ChunkReader();
   ChunkReader(const ChunkReader&) = delete;
   ChunkReader& operator=(const ChunkReader&) = delete;
+
+  // Holds `owner` (the Dataset whose descriptor this reader uses) for the reader's lifetime.
+  void keep_alive(std::shared_ptr<const void> owner) { owner_ = std::move(owner); }
 
   int64_t rows() const { return rows_; }
   int64_t row_elems() const { return row_elems_; }
@@ -39,6 +44,9 @@ class ChunkReader {
   void read_rows(int64_t start, int64_t count, int64_t cols, int64_t* out);
   // Reads and verifies every chunk (for `inspect`); returns the largest value seen.
   int64_t verify_all();
+  // A digest of the stored Fletcher32 checksums of every chunk (4 bytes read per chunk): it changes
+  // with the content, at a tiny fraction of the cost of reading it. 0 for unchecksummed layouts.
+  uint64_t checksum_digest() const;
 
  private:
   struct Chunk {
@@ -51,6 +59,7 @@ class ChunkReader {
   int64_t value_at(const uint8_t* p) const;
 
   std::string path_, dataset_;
+  std::shared_ptr<const void> owner_;
   int fd_ = -1;
   int64_t rows_ = 0, row_elems_ = 1, chunk_rows_ = 0;
   size_t elem_bytes_ = 0;

@@ -1,13 +1,17 @@
-// Dataset files written by `hpctrain prepare` and read by the trainer (format: docs/data-format.md).
-// CONTRACT header written before the implementation; the data module owns and may extend it.
+// Dataset files written by `hpctrain prepare` and read by the trainer (format: docs/data-format.md):
+// the metadata, validated once at open, and the Dataset handle that the loader, the evaluation
+// reader and every chunk reader of a rank share, so a file is opened and checked once per rank.
 #pragma once
-#include <torch/torch.h>
+#include <hdf5.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "config/config.h"
+#include "data/tokenizer.h"
+#include "io/h5.h"
 
 namespace ht::data {
 
@@ -17,9 +21,9 @@ inline constexpr int64_t kFormatVersion = 1;
 // Root attributes and derived facts of a dataset file (validated when read).
 struct DatasetMeta {
   std::string path;
-  std::string task;       // "causal-lm" | "classification"
+  config::Task task = config::Task::kCausalLm;
   int64_t vocab_size = 0;
-  std::string tokenizer;  // "byte" | "bpe"
+  TokenizerKind tokenizer = TokenizerKind::kByte;
   int64_t pad_id = -1;    // padding token (classification input_ids)
   int64_t eos_id = -1;    // document separator
   std::vector<std::string> label_names;  // classification
@@ -28,14 +32,43 @@ struct DatasetMeta {
   int64_t num_train_rows = 0, num_val_rows = 0;        // classification
 };
 
-// Opens, validates format/version/dtypes/shapes and returns the metadata. Throws ht::Error(kData)
-// naming the file, the dataset and the fault.
+class ChunkReader;
+
+class Dataset : public std::enable_shared_from_this<Dataset> {
+ public:
+  // Opens the file (one HDF5 handle and one read-only descriptor), validates format, version,
+  // dtypes and shapes, and reads the metadata. Throws ht::Error(kData) naming the file, the
+  // dataset and the fault.
+  static std::shared_ptr<const Dataset> open(const std::string& path);
+  ~Dataset();
+  Dataset(const Dataset&) = delete;
+  Dataset& operator=(const Dataset&) = delete;
+
+  const DatasetMeta& meta() const { return meta_; }
+  const std::string& path() const { return meta_.path; }
+  // The HDF5 file: main thread only (Debian's HDF5 is not thread-safe).
+  hid_t h5() const { return file_.id(); }
+  // Reader of one integer dataset ("/train/tokens"): its layout is read now through HDF5, its
+  // rows later with pread on the shared descriptor, from any one thread. The reader keeps this
+  // Dataset (and so the descriptor) alive.
+  std::unique_ptr<ChunkReader> reader(const std::string& dataset, size_t cache_bytes) const;
+  Tokenizer tokenizer() const;
+  // What this file is, for checkpoints to recognise their data: the file size, a hash of the
+  // metadata and a digest of every chunk checksum ("<16 hex digits>-<bytes>"). Reads 4 bytes per chunk.
+  std::string identity() const;
+
+ private:
+  Dataset(io::File file, int fd, DatasetMeta meta);
+  io::File file_;
+  int fd_ = -1;
+  DatasetMeta meta_;
+};
+
+// Dataset::open(path)->meta(), for callers that need nothing else.
 DatasetMeta read_meta(const std::string& path);
 
-// Human-readable layout + counts + checksum verification (for `hpctrain inspect`).
-std::string describe(const std::string& path);
-
-// --- additions by the data module ---
+// Human-readable layout + counts + checksum verification of every chunk (`hpctrain inspect`).
+std::string describe(const Dataset& data);
 
 // Fails (kData) when the file's vocabulary does not fit a model with model_vocab_size
 // embeddings (model_vocab_size < meta.vocab_size). 0 = no model constraint.
@@ -46,5 +79,8 @@ std::string split_dataset(const std::string& split, const std::string& name);
 
 // Samples in a split for a given context length (causal-lm: (tokens - 1) / seq_len; classification: rows).
 int64_t num_samples(const DatasetMeta& meta, const std::string& split, int64_t seq_len);
+
+// True when the file's root attribute `format` names a dataset (a cheap look for `inspect`).
+bool is_dataset_file(const std::string& path);
 
 }  // namespace ht::data

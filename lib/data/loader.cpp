@@ -40,7 +40,7 @@ struct Item {
 
 struct Loader::Impl {
   LoaderOptions opts;
-  DatasetMeta meta;
+  std::string path;  // for messages
   std::unique_ptr<SampleSource> source;
   BatchGeometry geo;
   int64_t rank = 0, samples = 0, steps = 0;
@@ -114,7 +114,7 @@ struct Loader::Impl {
   }
 
   Batch take() {
-    if (failure) rethrow_as_data_error(failure, opts.path);
+    if (failure) rethrow_as_data_error(failure, path);
     Item item;
     if (opts.prefetch <= 0) {
       try {
@@ -132,27 +132,41 @@ struct Loader::Impl {
     }
     if (item.error) {
       failure = item.error;
-      rethrow_as_data_error(failure, opts.path);
+      rethrow_as_data_error(failure, path);
     }
     next = advance(next);
     return std::move(item.batch);
   }
 };
 
-Loader::Loader(const LoaderOptions& opts, comm::Communicator& comm) : impl_(std::make_unique<Impl>()) {
+LoaderOptions LoaderOptions::from_config(const config::Config& cfg) {
+  LoaderOptions o;
+  o.split = "train";
+  o.seq_len = cfg.model.seq_len;
+  o.micro_batch = cfg.train.micro_batch_size;
+  o.grad_accum = cfg.train.grad_accum_steps;
+  o.shuffle = cfg.data.shuffle;
+  o.seed = cfg.data.seed;
+  o.prefetch = cfg.data.prefetch_batches;
+  o.model_vocab_size = cfg.model.vocab_size;
+  return o;
+}
+
+Loader::Loader(std::shared_ptr<const Dataset> data, const LoaderOptions& opts, comm::Communicator& comm)
+    : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.opts = opts;
   HT_REQUIRE(opts.micro_batch > 0 && opts.grad_accum > 0, ExitCode::kUsage,
              "micro_batch ({}) and grad_accum ({}) must be positive", opts.micro_batch, opts.grad_accum);
-  s.meta = read_meta(opts.path);
-  check_vocab(s.meta, opts.model_vocab_size);
-  s.source = std::make_unique<SampleSource>(s.meta, opts.split, opts.seq_len, opts.cache_bytes);
+  s.path = data->path();
+  check_vocab(data->meta(), opts.model_vocab_size);
+  s.source = std::make_unique<SampleSource>(std::move(data), opts.split, opts.seq_len, opts.cache_bytes);
   s.geo = BatchGeometry{comm.size(), opts.grad_accum, opts.micro_batch};
   s.rank = comm.rank();
   s.samples = s.source->size();
   s.steps = s.geo.steps_per_epoch(s.samples);
   s.seed = opts.seed;
-  const std::string where = fmt::format("{}: split '{}' ({} samples of seq_len {})", opts.path, opts.split,
+  const std::string where = fmt::format("{}: split '{}' ({} samples of seq_len {})", s.path, opts.split,
                                         s.samples, s.source->seq_len());
   HT_REQUIRE(s.samples >= comm.size(), ExitCode::kData,
              "{}: fewer samples than the {} ranks; run on fewer ranks or prepare more data", where, comm.size());
@@ -181,7 +195,7 @@ void Loader::restore(const LoaderState& st) {
              ExitCode::kData,
              "{}: loader state (epoch {}, samples_consumed {}) does not fit this run: need a multiple of ranks x "
              "micro_batch = {} and at most {} per epoch (was the global batch size changed?)",
-             s.opts.path, st.epoch, st.samples_consumed, per_micro, epoch_samples);
+             s.path, st.epoch, st.samples_consumed, per_micro, epoch_samples);
   s.halt();
   s.failure = nullptr;
   s.seed = st.seed;
@@ -193,19 +207,18 @@ void Loader::restore(const LoaderState& st) {
 int64_t Loader::epoch() const { return impl_->next.epoch; }
 int64_t Loader::samples_per_epoch() const { return impl_->samples; }
 int64_t Loader::steps_per_epoch() const { return impl_->steps; }
-const DatasetMeta& Loader::meta() const { return impl_->meta; }
+const DatasetMeta& Loader::meta() const { return impl_->source->meta(); }
 
 struct EvalReader::Impl {
   std::unique_ptr<SampleSource> source;
   int64_t begin = 0, end = 0, pos = 0, batch = 0;
 };
 
-EvalReader::EvalReader(const std::string& path, const std::string& split, int64_t seq_len, int64_t batch,
+EvalReader::EvalReader(std::shared_ptr<const Dataset> data, const std::string& split, int64_t seq_len, int64_t batch,
                        comm::Communicator& comm)
     : impl_(std::make_unique<Impl>()) {
   HT_REQUIRE(batch > 0, ExitCode::kUsage, "evaluation batch size {} must be positive", batch);
-  const DatasetMeta meta = read_meta(path);
-  impl_->source = std::make_unique<SampleSource>(meta, split, seq_len, size_t{64} << 20);
+  impl_->source = std::make_unique<SampleSource>(std::move(data), split, seq_len, size_t{64} << 20);
   const int64_t n = impl_->source->size(), w = comm.size(), r = comm.rank();
   impl_->begin = r * n / w;
   impl_->end = (r + 1) * n / w;

@@ -1,5 +1,4 @@
-// Distributed, prefetching sample loader over one split of a dataset file.
-// CONTRACT header written before the implementation; the data module owns and may extend it.
+// Distributed, prefetching sample loader over one split of a dataset, and the evaluation reader.
 //
 // Samples: causal-lm sample i = tokens[i*seq_len, i*seq_len + seq_len + 1) (input = first seq_len,
 // target = last seq_len); classification sample i = row i of input_ids / labels.
@@ -16,17 +15,11 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "config/config.h"
+#include "data/batch.h"
 #include "data/dataset.h"
 
 namespace ht::data {
-
-struct Batch {
-  torch::Tensor input;   // [B, T] int64 token ids
-  torch::Tensor target;  // causal-lm: [B, T] int64 next tokens; classification: [B] int64 labels
-  torch::Tensor mask;    // classification: [B, T] (1 = real token); causal-lm: undefined
-  int64_t num_tokens = 0;  // tokens in input (for tokens/s)
-  torch::Tensor sample_ids;  // [B] int64 global sample indices (data-module addition: tests, debugging)
-};
 
 // Position in the sample stream: enough to continue the exact sequence after a restart.
 struct LoaderState {
@@ -36,7 +29,6 @@ struct LoaderState {
 };
 
 struct LoaderOptions {
-  std::string path;
   std::string split = "train";  // "train" | "val"
   int64_t seq_len = 0;          // causal-lm context; classification: must equal the file's width or less
   int64_t micro_batch = 1;      // per rank
@@ -44,14 +36,17 @@ struct LoaderOptions {
   bool shuffle = true;
   int64_t seed = 0;
   int64_t prefetch = 4;         // batches read ahead on a background thread (0 = read in next())
-  // Data-module additions:
   int64_t model_vocab_size = 0;       // > 0: fail at open when the file's vocab_size exceeds it
   size_t cache_bytes = 256u << 20;    // verified-chunk cache of this rank's reader
+
+  // The training loader of a run: model.seq_len, train.micro_batch_size / grad_accum_steps,
+  // data.shuffle / seed / prefetch_batches, model.vocab_size.
+  static LoaderOptions from_config(const config::Config& cfg);
 };
 
 class Loader {
  public:
-  Loader(const LoaderOptions& opts, comm::Communicator& comm);
+  Loader(std::shared_ptr<const Dataset> data, const LoaderOptions& opts, comm::Communicator& comm);
   ~Loader();
   // Next micro-batch of this rank. Crosses epoch boundaries by itself.
   Batch next();
@@ -71,7 +66,7 @@ class Loader {
 // so every sample is evaluated exactly once over all ranks.
 class EvalReader {
  public:
-  EvalReader(const std::string& path, const std::string& split, int64_t seq_len, int64_t batch,
+  EvalReader(std::shared_ptr<const Dataset> data, const std::string& split, int64_t seq_len, int64_t batch,
              comm::Communicator& comm);
   ~EvalReader();
   // False when this rank's shard is exhausted (max_batches = 0: no limit).

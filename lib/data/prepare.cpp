@@ -1,6 +1,7 @@
 #include "data/prepare.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -127,12 +128,12 @@ void write_classification(hid_t f, const Corpus& c, const Tokenizer& tok, const 
   s.val_tokens = static_cast<int64_t>(rows[1].size());
 }
 
-void write_root(hid_t f, const PrepareOptions& o, const Tokenizer& tok, const std::string& task) {
+void write_root(hid_t f, const PrepareOptions& o, const Tokenizer& tok, config::Task task) {
   io::set_attr(f, "format", std::string(kFormatName));
   io::set_attr(f, "format_version", kFormatVersion);
-  io::set_attr(f, "task", task);
+  io::set_attr(f, "task", std::string(config::name_of(task)));
   io::set_attr(f, "vocab_size", tok.vocab_size());
-  io::set_attr(f, "tokenizer", tok.kind());
+  io::set_attr(f, "tokenizer", std::string(config::name_of(tok.kind())));
   io::set_attr(f, "pad_id", kPadId);
   io::set_attr(f, "eos_id", kEosId);
   io::set_attr(f, "seed", o.seed);
@@ -146,12 +147,28 @@ void sync_path(const std::string& path) {
   if (fd >= 0) { ::fsync(fd); ::close(fd); }
 }
 
+// Writing the output over one of the inputs would destroy the corpus (the rename replaces it).
+void refuse_output_among_inputs(const PrepareOptions& o) {
+  struct stat out {};
+  if (::stat(o.output.c_str(), &out) != 0) return;  // a file that does not exist is no input
+  for (const auto& spec : o.inputs) {
+    const std::string path = o.labels_from_dirs ? parse_label_input(spec).path : spec;
+    struct stat in {};
+    if (::stat(path.c_str(), &in) != 0) continue;  // reported as a missing input later
+    for (const auto& file : input_files(path)) {
+      struct stat f {};
+      HT_REQUIRE(!(::stat(file.c_str(), &f) == 0 && f.st_dev == out.st_dev && f.st_ino == out.st_ino), ExitCode::kUsage,
+                 "prepare: --output {} is also an input ({}); writing it would destroy the input: choose another "
+                 "output path",
+                 o.output, file);
+    }
+  }
+}
+
 void validate(const PrepareOptions& o) {
   HT_REQUIRE(!o.inputs.empty(), ExitCode::kUsage, "prepare: give at least one --input");
   HT_REQUIRE(!o.output.empty(), ExitCode::kUsage, "prepare: --output is required");
-  HT_REQUIRE(o.tokenizer == "byte" || o.tokenizer == "bpe", ExitCode::kUsage,
-             "prepare: --tokenizer '{}' must be byte or bpe", o.tokenizer);
-  HT_REQUIRE(o.tokenizer == "bpe" || o.vocab_size == 0 || o.vocab_size == kByteVocab, ExitCode::kUsage,
+  HT_REQUIRE(o.tokenizer == TokenizerKind::kBpe || o.vocab_size == 0 || o.vocab_size == kByteVocab, ExitCode::kUsage,
              "prepare: the byte tokenizer has vocab_size {}; --vocab-size {} needs --tokenizer bpe", kByteVocab,
              o.vocab_size);
   HT_REQUIRE(o.val_fraction >= 0 && o.val_fraction < 1, ExitCode::kUsage,
@@ -159,6 +176,7 @@ void validate(const PrepareOptions& o) {
   HT_REQUIRE(!o.labels_from_dirs || o.inputs.size() >= 2, ExitCode::kUsage,
              "prepare: --labels-from-dirs needs one --input per label (at least 2)");
   HT_REQUIRE(o.seq_len > 0, ExitCode::kUsage, "prepare: --seq-len {} must be positive", o.seq_len);
+  refuse_output_among_inputs(o);
 }
 
 }  // namespace
@@ -184,9 +202,9 @@ PrepareSummary prepare(const PrepareOptions& o) {
   Corpus corpus = read_corpus(o);
   PrepareSummary s;
   s.input_bytes = corpus.bytes;
-  s.task = o.labels_from_dirs ? "classification" : "causal-lm";
+  s.task = o.labels_from_dirs ? config::Task::kClassification : config::Task::kCausalLm;
   const bool progress = o.progress && corpus.bytes > (4u << 20);
-  const Tokenizer tok = o.tokenizer == "bpe" ? Tokenizer::train_bpe(corpus.docs, o.vocab_size ? o.vocab_size : 1024,
+  const Tokenizer tok = o.tokenizer == TokenizerKind::kBpe ? Tokenizer::train_bpe(corpus.docs, o.vocab_size ? o.vocab_size : 1024,
                                                                     o.progress && corpus.bytes > (1u << 20))
                                              : Tokenizer::bytes();
   s.vocab_size = tok.vocab_size();
@@ -211,7 +229,7 @@ PrepareSummary prepare(const PrepareOptions& o) {
     throw;
   }
   HT_INFO("prepare: wrote {} ({}, {} tokenizer, vocab {}): train {} docs / {} tokens, val {} docs / {} tokens in {:.1f}s",
-          o.output, s.task, tok.kind(), s.vocab_size, s.train_docs, s.train_tokens, s.val_docs, s.val_tokens,
+          o.output, config::name_of(s.task), config::name_of(tok.kind()), s.vocab_size, s.train_docs, s.train_tokens, s.val_docs, s.val_tokens,
           clock.seconds());
   return s;
 }

@@ -5,12 +5,15 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
+#include "data/tokenizer.h"
+
 namespace ht::data {
 
 struct PrepareOptions {
   std::vector<std::string> inputs;  // files or directories; with labels_from_dirs one per label ("NAME=PATH" allowed)
   std::string output;
-  std::string tokenizer = "byte";   // byte | bpe
+  TokenizerKind tokenizer = TokenizerKind::kByte;
   int64_t vocab_size = 0;           // bpe: target vocabulary (>= 258); 0 = 1024. byte: must be 0 or 258
   double val_fraction = 0.05;       // share of documents in /val (hash of seed and document index)
   bool labels_from_dirs = false;    // classification: each input is one label
@@ -20,7 +23,7 @@ struct PrepareOptions {
 };
 
 struct PrepareSummary {
-  std::string task;
+  config::Task task = config::Task::kCausalLm;
   int64_t vocab_size = 0;
   int64_t train_docs = 0, val_docs = 0;
   int64_t train_tokens = 0, val_tokens = 0;  // causal-lm; classification: rows * seq_len

@@ -4,18 +4,18 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "io/h5.h"
 
 namespace ht::data {
 
-SampleSource::SampleSource(const DatasetMeta& meta, const std::string& split, int64_t seq_len, size_t cache_bytes)
-    : meta_(meta), split_(split) {
+SampleSource::SampleSource(std::shared_ptr<const Dataset> data, const std::string& split, int64_t seq_len,
+                           size_t cache_bytes)
+    : data_(std::move(data)), split_(split) {
   HT_REQUIRE(split == "train" || split == "val", ExitCode::kUsage, "unknown split '{}' (train or val)", split);
-  io::File file = io::File::open_read(meta.path);
-  if (meta.task == "causal-lm") {
+  const DatasetMeta& meta = data_->meta();
+  if (meta.task == config::Task::kCausalLm) {
     HT_REQUIRE(seq_len > 0, ExitCode::kUsage, "seq_len must be positive for the causal-lm dataset {}", meta.path);
     seq_len_ = seq_len;
-    tokens_ = std::make_unique<ChunkReader>(file.id(), meta.path, split_dataset(split, "tokens"), cache_bytes);
+    tokens_ = data_->reader(split_dataset(split, "tokens"), cache_bytes);
     const int64_t n = tokens_->rows();
     HT_REQUIRE(n > 0, ExitCode::kData, "{}:{}: zero tokens (empty split)", meta.path, split_dataset(split, "tokens"));
     samples_ = n > seq_len ? (n - 1) / seq_len : 0;
@@ -27,8 +27,8 @@ SampleSource::SampleSource(const DatasetMeta& meta, const std::string& split, in
     HT_REQUIRE(seq_len_ <= meta.seq_len, ExitCode::kData,
                "{}: seq_len {} exceeds the width {} of the classification rows; use model.seq_len <= {}", meta.path,
                seq_len_, meta.seq_len, meta.seq_len);
-    input_ids_ = std::make_unique<ChunkReader>(file.id(), meta.path, split_dataset(split, "input_ids"), cache_bytes);
-    labels_ = std::make_unique<ChunkReader>(file.id(), meta.path, split_dataset(split, "labels"), cache_bytes / 8);
+    input_ids_ = data_->reader(split_dataset(split, "input_ids"), cache_bytes);
+    labels_ = data_->reader(split_dataset(split, "labels"), cache_bytes / 8);
     samples_ = input_ids_->rows();
     HT_REQUIRE(samples_ > 0, ExitCode::kData, "{}:{}: zero rows (empty split)", meta.path,
                split_dataset(split, "input_ids"));
@@ -56,8 +56,8 @@ void SampleSource::read_lm(const std::vector<int64_t>& ids, const std::vector<si
     int64_t* row = p + static_cast<int64_t>(slot) * (T + 1);
     tokens_->read_rows(first, T + 1, 1, row);
     const int64_t top = *std::max_element(row, row + T + 1);
-    HT_REQUIRE(top < meta_.vocab_size, ExitCode::kData, "{}:{}: token id {} >= vocab_size {} in rows {}..{}",
-               meta_.path, tokens_->name(), top, meta_.vocab_size, first, first + T);
+    HT_REQUIRE(top < meta().vocab_size, ExitCode::kData, "{}:{}: token id {} >= vocab_size {} in rows {}..{}",
+               meta().path, tokens_->name(), top, meta().vocab_size, first, first + T);
   }
   b.input = buf.narrow(1, 0, T).contiguous();
   b.target = buf.narrow(1, 1, T).contiguous();
@@ -69,20 +69,20 @@ void SampleSource::read_cls(const std::vector<int64_t>& ids, const std::vector<s
   b.target = torch::empty({B}, torch::kInt64);
   int64_t* x = b.input.data_ptr<int64_t>();
   int64_t* y = b.target.data_ptr<int64_t>();
-  const auto num_labels = static_cast<int64_t>(meta_.label_names.size());
+  const auto num_labels = static_cast<int64_t>(meta().label_names.size());
   for (size_t slot : order) {
     const int64_t row = ids[slot];
     int64_t* out = x + static_cast<int64_t>(slot) * T;
     input_ids_->read_rows(row, 1, T, out);
     const int64_t top = *std::max_element(out, out + T);
-    HT_REQUIRE(top < meta_.vocab_size, ExitCode::kData, "{}:{}: token id {} >= vocab_size {} in row {}", meta_.path,
-               input_ids_->name(), top, meta_.vocab_size, row);
+    HT_REQUIRE(top < meta().vocab_size, ExitCode::kData, "{}:{}: token id {} >= vocab_size {} in row {}", meta().path,
+               input_ids_->name(), top, meta().vocab_size, row);
     labels_->read_rows(row, 1, 1, y + slot);
     HT_REQUIRE(y[slot] >= 0 && y[slot] < num_labels, ExitCode::kData,
-               "{}:{}: label {} in row {} is outside label_names (0..{})", meta_.path, labels_->name(), y[slot], row,
+               "{}:{}: label {} in row {} is outside label_names (0..{})", meta().path, labels_->name(), y[slot], row,
                num_labels - 1);
   }
-  b.mask = b.input.ne(meta_.pad_id).to(torch::kInt64);
+  b.mask = b.input.ne(meta().pad_id).to(torch::kInt64);
 }
 
 }  // namespace ht::data

@@ -8,15 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "data/batch.h"
 #include "data/chunk_reader.h"
 #include "data/dataset.h"
-#include "data/loader.h"
 
 namespace ht::data {
 
 class SampleSource {
  public:
-  SampleSource(const DatasetMeta& meta, const std::string& split, int64_t seq_len, size_t cache_bytes);
+  SampleSource(std::shared_ptr<const Dataset> data, const std::string& split, int64_t seq_len, size_t cache_bytes);
+  const DatasetMeta& meta() const { return data_->meta(); }
   int64_t size() const { return samples_; }
   int64_t seq_len() const { return seq_len_; }
   // The samples ids, in this order (read in ascending order for locality).
@@ -26,7 +27,7 @@ class SampleSource {
   void read_lm(const std::vector<int64_t>& ids, const std::vector<size_t>& order, Batch& b);
   void read_cls(const std::vector<int64_t>& ids, const std::vector<size_t>& order, Batch& b);
 
-  DatasetMeta meta_;
+  std::shared_ptr<const Dataset> data_;  // keeps the shared descriptor of the chunk readers open
   std::string split_;
   int64_t seq_len_ = 0, samples_ = 0;
   std::unique_ptr<ChunkReader> tokens_, input_ids_, labels_;

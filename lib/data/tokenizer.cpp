@@ -95,7 +95,7 @@ Tokenizer Tokenizer::bytes() {
 
 Tokenizer Tokenizer::from_merges(std::vector<Merge> merges) {
   Tokenizer t;
-  t.kind_ = "bpe";
+  t.kind_ = TokenizerKind::kBpe;
   t.merges_ = std::move(merges);
   t.build_tables();
   return t;
@@ -198,9 +198,9 @@ std::string Tokenizer::decode(const std::vector<uint32_t>& ids) const {
 
 void Tokenizer::save(hid_t file) const {
   io::Handle g = io::create_group(file, "tokenizer");
-  io::set_attr(g.id(), "kind", kind_);
+  io::set_attr(g.id(), "kind", std::string(config::name_of(kind_)));
   io::set_attr(g.id(), "vocab_size", vocab_size());
-  if (kind_ != "bpe") return;
+  if (kind_ != TokenizerKind::kBpe) return;
   std::vector<uint32_t> flat;
   for (const auto& [a, b] : merges_) { flat.push_back(a); flat.push_back(b); }
   io::write(g.id(), "merges", flat, {static_cast<hsize_t>(merges_.size()), 2});
@@ -208,17 +208,21 @@ void Tokenizer::save(hid_t file) const {
 
 Tokenizer Tokenizer::load(const std::string& dataset_path) {
   io::File f = io::File::open_read(dataset_path);
-  const std::string kind = io::has_attr(f.id(), "tokenizer") ? io::attr_string(f.id(), "tokenizer") : "";
+  return load(f.id(), dataset_path);
+}
+
+Tokenizer Tokenizer::load(hid_t file, const std::string& dataset_path) {
+  const std::string kind = io::has_attr(file, "tokenizer") ? io::attr_string(file, "tokenizer") : "";
   if (kind == "byte") return bytes();
   HT_REQUIRE(kind == "bpe", ExitCode::kData, "{}: unknown tokenizer '{}' (expected byte or bpe)", dataset_path, kind);
-  HT_REQUIRE(io::exists(f.id(), "/tokenizer/merges"), ExitCode::kData,
+  HT_REQUIRE(io::exists(file, "/tokenizer/merges"), ExitCode::kData,
              "{}: tokenizer is bpe but dataset /tokenizer/merges is missing", dataset_path);
-  const auto i = io::info(f.id(), "/tokenizer/merges");
+  const auto i = io::info(file, "/tokenizer/merges");
   HT_REQUIRE(i.type_class == H5T_INTEGER && i.dims.size() == 2 && i.dims[1] == 2, ExitCode::kData,
              "{}:/tokenizer/merges must be an integer [M, 2] dataset", dataset_path);
   std::vector<uint32_t> flat;
   try {
-    flat = io::read<uint32_t>(f.id(), "/tokenizer/merges");
+    flat = io::read<uint32_t>(file, "/tokenizer/merges");
   } catch (const Error&) {
     HT_FAIL(ExitCode::kData, "checksum mismatch in {}:/tokenizer/merges", dataset_path);
   }

@@ -11,6 +11,16 @@
 #include <utility>
 #include <vector>
 
+#include "config/enum_names.h"
+
+namespace ht::data {
+
+enum class TokenizerKind { kByte, kBpe };
+
+}  // namespace ht::data
+
+HT_ENUM_NAMES(ht::data::TokenizerKind, {ht::data::TokenizerKind::kByte, "byte"}, {ht::data::TokenizerKind::kBpe, "bpe"})
+
 namespace ht::data {
 
 inline constexpr int64_t kPadId = 256;
@@ -26,12 +36,14 @@ class Tokenizer {
   // Ties between equally frequent pairs go to the smaller (left, right) id pair: deterministic.
   static Tokenizer train_bpe(const std::vector<std::string>& docs, int64_t vocab_size, bool progress = false);
   static Tokenizer from_merges(std::vector<Merge> merges);
-  // Reads the tokenizer of a dataset file (attribute `tokenizer` + /tokenizer/merges).
+  // Reads the tokenizer of an open dataset file (attribute `tokenizer` + /tokenizer/merges);
+  // path names the file in errors.
+  static Tokenizer load(hid_t file, const std::string& path);
   static Tokenizer load(const std::string& dataset_path);
   // Writes the /tokenizer group (merges for BPE) into an open file.
   void save(hid_t file) const;
 
-  const std::string& kind() const { return kind_; }  // "byte" | "bpe"
+  TokenizerKind kind() const { return kind_; }
   int64_t vocab_size() const { return kByteVocab + static_cast<int64_t>(merges_.size()); }
   const std::vector<Merge>& merges() const { return merges_; }
 
@@ -45,7 +57,7 @@ class Tokenizer {
   void build_tables();
   void encode_word(const std::string& word, std::vector<uint32_t>& out) const;
 
-  std::string kind_ = "byte";
+  TokenizerKind kind_ = TokenizerKind::kByte;
   std::vector<Merge> merges_;
   std::unordered_map<uint64_t, uint32_t> rank_;  // (left << 32 | right) -> merge index
   std::vector<std::string> pieces_;              // id -> bytes

@@ -25,6 +25,23 @@ template <> hid_t native_type<uint64_t>() { return H5T_NATIVE_UINT64; }
 
 void quiet_hdf5_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
+std::string file_name(hid_t loc) {
+  const ssize_t n = H5Fget_name(loc, nullptr, 0);
+  if (n <= 0) return "?";
+  std::string name(static_cast<size_t>(n) + 1, '\0');
+  H5Fget_name(loc, name.data(), name.size());
+  name.resize(static_cast<size_t>(n));
+  return name;
+}
+
+namespace {
+// Elements in a dataspace (scalar: 1), for reads into fixed-size buffers.
+hssize_t element_count(hid_t space) {
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  return n < 0 ? -1 : n;
+}
+}  // namespace
+
 File File::create(const std::string& path) {
   quiet_hdf5_errors();
   hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
@@ -37,9 +54,11 @@ File File::open_mode(const std::string& path, unsigned flags) {
   struct stat st {};
   HT_REQUIRE(::stat(path.c_str(), &st) == 0, ExitCode::kData, "{}: file not found", path);
   HT_REQUIRE(S_ISREG(st.st_mode), ExitCode::kData, "{}: not a regular file", path);
-  HT_REQUIRE(H5Fis_hdf5(path.c_str()) > 0, ExitCode::kData, "{}: not an HDF5 file (or truncated)", path);
   hid_t id = H5Fopen(path.c_str(), flags, H5P_DEFAULT);
-  HT_REQUIRE(id >= 0, ExitCode::kData, "{}: cannot open HDF5 file (truncated or damaged)", path);
+  if (id < 0) {  // only now look closer (H5Fis_hdf5 opens the file once more): which message fits
+    HT_REQUIRE(H5Fis_hdf5(path.c_str()) > 0, ExitCode::kData, "{}: not an HDF5 file (or truncated)", path);
+    HT_FAIL(ExitCode::kData, "{}: cannot open HDF5 file (truncated or damaged)", path);
+  }
   return File(Handle(id, H5Fclose), path);
 }
 
@@ -130,9 +149,16 @@ void write_string(hid_t loc, const std::string& name, const std::string& text) {
 std::string read_string(hid_t loc, const std::string& name) {
   Handle ds = open_dataset(loc, name);
   Handle type(HT_H5_CHECK(H5Dget_type(ds.id())), H5Tclose);
-  HT_REQUIRE(H5Tget_class(type.id()) == H5T_STRING, ExitCode::kData, "dataset '{}' is not a string", name);
-  HT_REQUIRE(H5Tis_variable_str(type.id()) <= 0, ExitCode::kData, "dataset '{}' is a variable-length string", name);
+  HT_REQUIRE(H5Tget_class(type.id()) == H5T_STRING, ExitCode::kData, "{}: dataset '{}' is not a string",
+             file_name(loc), name);
+  HT_REQUIRE(H5Tis_variable_str(type.id()) <= 0, ExitCode::kData, "{}: dataset '{}' is a variable-length string",
+             file_name(loc), name);
+  Handle space(HT_H5_CHECK(H5Dget_space(ds.id())), H5Sclose);
+  HT_REQUIRE(element_count(space.id()) == 1, ExitCode::kData, "{}: dataset '{}' holds {} strings, expected one",
+             file_name(loc), name, element_count(space.id()));
   const size_t n = H5Tget_size(type.id());
+  HT_REQUIRE(n > 0 && n <= (size_t{1} << 30), ExitCode::kData, "{}: dataset '{}' has an implausible string size {}",
+             file_name(loc), name, n);
   std::string out(n, '\0');
   HT_H5_CHECK(H5Dread(ds.id(), type.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()));
   out.resize(std::min(out.size(), out.find('\0')));
@@ -140,9 +166,10 @@ std::string read_string(hid_t loc, const std::string& name) {
 }
 
 Handle open_dataset(hid_t loc, const std::string& name) {
-  HT_REQUIRE(exists(loc, name), ExitCode::kData, "dataset '{}' is missing", name);
+  HT_REQUIRE(exists(loc, name), ExitCode::kData, "{}: dataset '{}' is missing", file_name(loc), name);
   hid_t id = H5Dopen2(loc, name.c_str(), H5P_DEFAULT);
-  HT_REQUIRE(id >= 0, ExitCode::kData, "'{}' cannot be opened as a dataset", name);
+  HT_REQUIRE(id >= 0, ExitCode::kData, "{}: '{}' cannot be opened as a dataset (a group, or damaged?)",
+             file_name(loc), name);
   return Handle(id, H5Dclose);
 }
 
@@ -170,6 +197,17 @@ DatasetInfo info(hid_t loc, const std::string& name) {
   return out;
 }
 
+void require_within_file(hid_t loc, const std::string& name, const DatasetInfo& info) {
+  double declared = static_cast<double>(info.type_size);
+  for (auto d : info.dims) declared *= static_cast<double>(d);
+  Handle file(HT_H5_CHECK(H5Iget_file_id(loc)), H5Fclose);
+  hsize_t file_bytes = 0;
+  HT_H5_CHECK(H5Fget_filesize(file.id(), &file_bytes));
+  HT_REQUIRE(declared <= static_cast<double>(file_bytes), ExitCode::kData,
+             "{}: dataset '{}' declares {:.0f} bytes but the file has {} bytes (damaged header?)", file_name(loc), name,
+             declared, file_bytes);
+}
+
 void read_raw(hid_t loc, const std::string& name, hid_t mem_type, void* out) {
   Handle ds = open_dataset(loc, name);
   if (H5Dread(ds.id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
@@ -179,6 +217,7 @@ void read_raw(hid_t loc, const std::string& name, hid_t mem_type, void* out) {
 template <typename T>
 std::vector<T> read(hid_t loc, const std::string& name) {
   const auto i = info(loc, name);
+  require_within_file(loc, name, i);
   hsize_t n = 1;
   for (auto d : i.dims) n *= d;
   std::vector<T> out(n);
@@ -224,8 +263,15 @@ void write_attr(hid_t loc, const std::string& name, hid_t type, hid_t space, con
   HT_H5_CHECK(H5Awrite(a.id(), type, data));
 }
 Handle open_attr(hid_t loc, const std::string& name) {
-  HT_REQUIRE(H5Aexists(loc, name.c_str()) > 0, ExitCode::kData, "attribute '{}' is missing", name);
+  HT_REQUIRE(H5Aexists(loc, name.c_str()) > 0, ExitCode::kData, "{}: attribute '{}' is missing", file_name(loc), name);
   return Handle(HT_H5_CHECK(H5Aopen(loc, name.c_str(), H5P_DEFAULT)), H5Aclose);
+}
+
+// A scalar attribute is read into a one-element buffer: more elements would overrun it.
+void require_one_element(hid_t loc, hid_t attr, const std::string& name) {
+  Handle space(HT_H5_CHECK(H5Aget_space(attr)), H5Sclose);
+  const hssize_t n = element_count(space.id());
+  HT_REQUIRE(n == 1, ExitCode::kData, "{}: attribute '{}' holds {} values, expected one", file_name(loc), name, n);
 }
 }  // namespace
 
@@ -265,7 +311,9 @@ bool has_attr(hid_t loc, const std::string& name) { return H5Aexists(loc, name.c
 std::string attr_string(hid_t loc, const std::string& name) {
   Handle a = open_attr(loc, name);
   Handle type(HT_H5_CHECK(H5Aget_type(a.id())), H5Tclose);
-  HT_REQUIRE(H5Tget_class(type.id()) == H5T_STRING, ExitCode::kData, "attribute '{}' is not a string", name);
+  HT_REQUIRE(H5Tget_class(type.id()) == H5T_STRING, ExitCode::kData, "{}: attribute '{}' is not a string",
+             file_name(loc), name);
+  require_one_element(loc, a.id(), name);
   if (H5Tis_variable_str(type.id()) > 0) {
     char* p = nullptr;
     Handle mtype(HT_H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
@@ -275,7 +323,10 @@ std::string attr_string(hid_t loc, const std::string& name) {
     H5free_memory(p);
     return out;
   }
-  std::string out(H5Tget_size(type.id()), '\0');
+  const size_t size = H5Tget_size(type.id());
+  HT_REQUIRE(size > 0 && size <= (size_t{1} << 20), ExitCode::kData, "{}: attribute '{}' has an implausible size {}",
+             file_name(loc), name, size);
+  std::string out(size, '\0');
   HT_H5_CHECK(H5Aread(a.id(), type.id(), out.data()));
   out.resize(std::min(out.size(), out.find('\0')));
   return out;
@@ -284,7 +335,9 @@ std::string attr_string(hid_t loc, const std::string& name) {
 int64_t attr_int(hid_t loc, const std::string& name) {
   Handle a = open_attr(loc, name);
   Handle type(HT_H5_CHECK(H5Aget_type(a.id())), H5Tclose);
-  HT_REQUIRE(H5Tget_class(type.id()) == H5T_INTEGER, ExitCode::kData, "attribute '{}' is not an integer", name);
+  HT_REQUIRE(H5Tget_class(type.id()) == H5T_INTEGER, ExitCode::kData, "{}: attribute '{}' is not an integer",
+             file_name(loc), name);
+  require_one_element(loc, a.id(), name);
   int64_t v = 0;
   HT_H5_CHECK(H5Aread(a.id(), H5T_NATIVE_INT64, &v));
   return v;
@@ -292,6 +345,11 @@ int64_t attr_int(hid_t loc, const std::string& name) {
 
 double attr_double(hid_t loc, const std::string& name) {
   Handle a = open_attr(loc, name);
+  Handle type(HT_H5_CHECK(H5Aget_type(a.id())), H5Tclose);
+  const H5T_class_t cls = H5Tget_class(type.id());
+  HT_REQUIRE(cls == H5T_FLOAT || cls == H5T_INTEGER, ExitCode::kData, "{}: attribute '{}' is not a number",
+             file_name(loc), name);
+  require_one_element(loc, a.id(), name);
   double v = 0;
   HT_H5_CHECK(H5Aread(a.id(), H5T_NATIVE_DOUBLE, &v));
   return v;
@@ -300,9 +358,12 @@ double attr_double(hid_t loc, const std::string& name) {
 std::vector<std::string> attr_strings(hid_t loc, const std::string& name) {
   Handle a = open_attr(loc, name);
   Handle type(HT_H5_CHECK(H5Aget_type(a.id())), H5Tclose);
-  HT_REQUIRE(H5Tget_class(type.id()) == H5T_STRING, ExitCode::kData, "attribute '{}' is not a string list", name);
+  HT_REQUIRE(H5Tget_class(type.id()) == H5T_STRING, ExitCode::kData, "{}: attribute '{}' is not a string list",
+             file_name(loc), name);
   Handle space(HT_H5_CHECK(H5Aget_space(a.id())), H5Sclose);
-  const hssize_t n = H5Sget_simple_extent_npoints(space.id());
+  const hssize_t n = element_count(space.id());
+  HT_REQUIRE(n >= 0 && n <= (1 << 20), ExitCode::kData, "{}: attribute '{}' holds an implausible {} strings",
+             file_name(loc), name, n);
   std::vector<std::string> out;
   if (H5Tis_variable_str(type.id()) > 0) {
     std::vector<char*> ptrs(static_cast<size_t>(n), nullptr);
@@ -313,6 +374,8 @@ std::vector<std::string> attr_strings(hid_t loc, const std::string& name) {
     return out;
   }
   const size_t width = H5Tget_size(type.id());
+  HT_REQUIRE(width > 0 && width <= 4096, ExitCode::kData, "{}: attribute '{}' has strings of implausible width {}",
+             file_name(loc), name, width);
   std::string flat(width * static_cast<size_t>(n), '\0');
   HT_H5_CHECK(H5Aread(a.id(), type.id(), flat.data()));
   for (hssize_t i = 0; i < n; ++i) {

@@ -78,6 +78,10 @@ struct DatasetInfo {
   bool has_fletcher32 = false;
 };
 DatasetInfo info(hid_t loc, const std::string& name);
+// Throws kData naming the file and the dataset when the dataset declares more bytes than the whole
+// file holds (the formats here store every element: no compression, no unwritten chunks). Run
+// before allocating for a read, so that a damaged header cannot ask for terabytes.
+void require_within_file(hid_t loc, const std::string& name, const DatasetInfo& info);
 
 // Reads a whole dataset converted to T.
 template <typename T>
@@ -99,6 +103,9 @@ double attr_double(hid_t loc, const std::string& name);
 std::vector<std::string> attr_strings(hid_t loc, const std::string& name);
 
 Handle open_dataset(hid_t loc, const std::string& name);
+
+// The name of the file an HDF5 location belongs to, for messages ("?" when unknown).
+std::string file_name(hid_t loc);
 
 // Silences HDF5's automatic error stack printing for this process (our messages replace it).
 void quiet_hdf5_errors();

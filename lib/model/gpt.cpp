@@ -13,7 +13,7 @@ GptOptions GptOptions::from_config(const config::ModelConfig& m) {
   o.n_head = m.n_head;
   o.d_model = m.d_model;
   o.max_seq_len = m.max_seq_len > 0 ? m.max_seq_len : m.seq_len;
-  o.num_labels = m.task == "classification" ? m.num_labels : 0;
+  o.num_labels = m.task == config::Task::kClassification ? m.num_labels : 0;
   o.dropout = m.dropout;
   o.bias = m.bias;
   return o;

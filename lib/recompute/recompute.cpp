@@ -10,11 +10,12 @@ namespace ht::recompute {
 std::vector<BlockMode> plan(const config::RecomputeConfig& cfg, size_t n_blocks) {
   const auto n = static_cast<int64_t>(n_blocks);
   std::vector<BlockMode> modes(n_blocks, BlockMode::kStore);
-  if (cfg.policy == "none") return modes;
-  if (cfg.policy == "full") return std::vector<BlockMode>(n_blocks, BlockMode::kFull);
-  if (cfg.policy == "selective") return std::vector<BlockMode>(n_blocks, BlockMode::kSelective);
-  HT_REQUIRE(cfg.policy == "every_k", ExitCode::kUsage,
-             "recompute.policy = '{}' is unknown; expected one of none, full, every_k, selective", cfg.policy);
+  switch (cfg.policy) {
+    case config::RecomputePolicy::kNone: return modes;
+    case config::RecomputePolicy::kFull: return std::vector<BlockMode>(n_blocks, BlockMode::kFull);
+    case config::RecomputePolicy::kSelective: return std::vector<BlockMode>(n_blocks, BlockMode::kSelective);
+    case config::RecomputePolicy::kEveryK: break;
+  }
   HT_REQUIRE(cfg.first_n >= 0 && cfg.first_n <= n, ExitCode::kUsage,
              "recompute.first_n = {} must be in [0, model.n_layer = {}]", cfg.first_n, n);
   if (cfg.first_n > 0) {

@@ -28,13 +28,13 @@ struct Options {
 // What the runner does with one block.
 enum class BlockMode { kStore, kFull, kSelective };
 
-// The per-block plan of a policy for a model of n_blocks blocks. Throws ht::Error(kUsage) for an
-// unknown policy, k < 1 or k > n_blocks, or first_n outside [0, n_blocks].
+// The per-block plan of a policy for a model of n_blocks blocks. Throws ht::Error(kUsage) for
+// k < 1 or k > n_blocks, or first_n outside [0, n_blocks] (every_k).
 std::vector<BlockMode> plan(const config::RecomputeConfig& cfg, size_t n_blocks);
 std::string describe(const std::vector<BlockMode>& modes);  // e.g. "full: blocks 0,2 (2 of 4)"
 
 // Installs the BlockRunner for cfg.policy (none | full | every_k | selective) on the model.
-// Throws ht::Error(kUsage) for an unknown policy or k out of range. In eval mode / under
+// Throws ht::Error(kUsage) for k out of range. In eval mode / under
 // NoGradGuard the runner calls the block directly (documented no-op).
 // Options from the config (recompute.attention_core); the three-argument form takes them explicitly.
 void apply(model::Gpt& gpt, const config::RecomputeConfig& cfg);

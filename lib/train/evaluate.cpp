@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include "checkpoint/checkpoint.h"
+#include "core/error.h"
+
 namespace ht::train {
 
 double macro_f1(const std::vector<int64_t>& confusion, int64_t num_labels) {
@@ -73,7 +76,7 @@ EvalResult evaluate(model::Gpt& gpt, data::EvalReader& reader, comm::Communicato
   comm.allreduce(buf.data(), buf.size(), comm::DType::kF64, comm::ReduceOp::kSum);
 
   EvalResult r;
-  r.task = num_labels > 0 ? "classification" : "causal-lm";
+  r.task = num_labels > 0 ? config::Task::kClassification : config::Task::kCausalLm;
   r.count = static_cast<int64_t>(buf[2]);
   if (r.count == 0) return r;
   r.loss = buf[0] / buf[2];
@@ -86,6 +89,26 @@ EvalResult evaluate(model::Gpt& gpt, data::EvalReader& reader, comm::Communicato
     r.perplexity = std::exp(r.loss);
   }
   return r;
+}
+
+EvalResult evaluate_checkpoint(const RunSetup& setup, const std::string& checkpoint_path, comm::Communicator& comm) {
+  const config::Config& cfg = setup.cfg;
+  const torch::Device device = select_device(cfg.train, comm);
+  model::Gpt gpt(model::GptOptions::from_config(cfg.model));
+  checkpoint::Manager manager(cfg.checkpoint_dir(), cfg.checkpoint.keep, comm);
+  const checkpoint::Snapshot snap = manager.load(checkpoint_path);
+  checkpoint::Expectation want;
+  for (const auto& p : gpt->named_parameters()) want.params[p.key()] = p.value();
+  for (const auto& b : gpt->named_buffers()) want.buffers[b.key()] = b.value();
+  checkpoint::check_compatible(snap, want);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : gpt->named_parameters()) p.value().copy_(snap.tensors.at("model/" + p.key()));
+    for (auto& b : gpt->named_buffers()) b.value().copy_(snap.tensors.at("model_buffers/" + b.key()));
+  }
+  gpt->to(device);
+  data::EvalReader reader(setup.data, "val", cfg.model.seq_len, cfg.eval.batch_size, comm);
+  return evaluate(gpt, reader, comm, device, cfg.eval.max_batches);
 }
 
 }  // namespace ht::train

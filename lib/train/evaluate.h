@@ -1,5 +1,6 @@
 // Evaluation over a whole validation split, sharded across ranks and reduced as sums of counts
-// (not averages of averages), so the result is identical for any number of ranks.
+// (not averages of averages), so the result is identical for any number of ranks; and the
+// evaluation of a saved checkpoint (`hpctrain eval`).
 #pragma once
 #include <torch/torch.h>
 
@@ -7,13 +8,15 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "config/config.h"
 #include "data/loader.h"
 #include "model/gpt.h"
+#include "train/run_setup.h"
 
 namespace ht::train {
 
 struct EvalResult {
-  std::string task;
+  config::Task task = config::Task::kCausalLm;
   double loss = 0.0;        // mean cross-entropy per token (LM) or per sample (classification)
   double accuracy = 0.0;    // next-token accuracy (LM) or sample accuracy
   double perplexity = 0.0;  // LM only
@@ -36,5 +39,9 @@ double macro_f1(const std::vector<int64_t>& confusion, int64_t num_labels);
 // Runs the model in eval mode over the reader; max_batches = 0 reads this rank's whole shard.
 EvalResult evaluate(model::Gpt& gpt, data::EvalReader& reader, comm::Communicator& comm, const torch::Device& device,
                     int64_t max_batches = 0);
+
+// Collective. Builds the model of setup.cfg, loads the checkpoint's parameters (refused when the
+// checkpoint does not fit that model: checkpoint::check_compatible) and evaluates the val split.
+EvalResult evaluate_checkpoint(const RunSetup& setup, const std::string& checkpoint_path, comm::Communicator& comm);
 
 }  // namespace ht::train

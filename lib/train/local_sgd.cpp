@@ -5,22 +5,16 @@
 #include <cmath>
 #include <exception>
 
+#include "comm/agree.h"
 #include "comm/param_averager.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/log.h"
 #include "core/timer.h"
 
 namespace ht::train {
 
 namespace {
-
-uint64_t fnv1a(uint64_t h, const std::string& s) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::string describe(const torch::Tensor& t) {
   std::string out = c10::toString(t.scalar_type());
@@ -31,21 +25,27 @@ std::string describe(const torch::Tensor& t) {
 // Hash of (names, shapes, dtypes) and of the local_sgd settings every rank must share; the
 // allgather tells each rank which ranks differ from rank 0, and every rank throws the same error.
 void verify_same_model(comm::Communicator& comm, torch::nn::Module& model, const config::LocalSgdConfig& c) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = kFnvOffset;
   int64_t n = 0;
   for (const auto& p : model.named_parameters()) h = fnv1a(h, "p:" + p.key() + ":" + describe(p.value())), ++n;
   for (const auto& b : model.named_buffers()) h = fnv1a(h, "b:" + b.key() + ":" + describe(b.value())), ++n;
   h = fnv1a(h, fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}", c.enabled, c.steps, c.warmup_steps, c.average_buffers,
-                           c.optimizer_state, c.outer, c.comm_dtype, c.overlap_steps, c.bucket_mb));
-  std::vector<uint64_t> all(static_cast<size_t>(comm.size()));
-  comm.allgather(&h, all.data(), sizeof(h));
-  std::string differing;
-  for (size_t r = 1; r < all.size(); ++r)
-    if (all[r] != all[0]) differing += fmt::format("{}{}", differing.empty() ? "" : ", ", r);
-  HT_REQUIRE(differing.empty(), ExitCode::kUsage,
+                                 config::name_of(c.optimizer_state), config::name_of(c.outer),
+                                 config::name_of(c.comm_dtype), c.overlap_steps, c.bucket_mb));
+  const comm::Disagreement d = comm::compare_with_root(comm, h);
+  HT_REQUIRE(d.ranks.empty(), ExitCode::kUsage,
              "local_sgd: rank(s) {} disagree with rank 0 on the model shape or local_sgd settings "
              "(hash of parameter names/shapes/dtypes and config differs; this rank has {} tensors, hash {:016x})",
-             differing, n, h);
+             d.list(false), n, h);
+}
+
+comm::ExchangeDType exchange_dtype(config::ExchangeDtype t) {
+  switch (t) {
+    case config::ExchangeDtype::kBf16: return comm::ExchangeDType::kBF16;
+    case config::ExchangeDtype::kFp16: return comm::ExchangeDType::kF16;
+    case config::ExchangeDtype::kFp32: break;
+  }
+  return comm::ExchangeDType::kF32;
 }
 
 // Optimizer moments that optimizer_state = average synchronises (Adam/AdamW moments, SGD momentum).
@@ -69,6 +69,22 @@ std::vector<torch::Tensor> optimizer_moments(torch::optim::Optimizer& opt) {
   return out;
 }
 
+// DiLoCo outer step on (global, momentum) with the averaged pseudo-gradient g:
+// m = mu m + g; update = nesterov ? g + mu m : m; global -= outer_lr * update.
+void outer_update(torch::Tensor& global, torch::Tensor& momentum, const torch::Tensor& g,
+                  const config::LocalSgdConfig& cfg) {
+  const double mu = cfg.outer_momentum;
+  if (mu > 0) {
+    momentum.mul_(mu).add_(g);
+    if (cfg.nesterov)
+      global.sub_(g + mu * momentum, cfg.outer_lr);
+    else
+      global.sub_(momentum, cfg.outer_lr);
+  } else {
+    global.sub_(g, cfg.outer_lr);
+  }
+}
+
 }  // namespace
 
 struct LocalSgd::Impl {
@@ -81,6 +97,7 @@ struct LocalSgd::Impl {
   std::vector<torch::Tensor> trainable;  // parameters with requires_grad (gradient averaging)
   std::vector<torch::Tensor> sync_set;   // parameters (+ float buffers) averaged at a sync
   std::unique_ptr<comm::ParamAverager> state_avg, grad_avg, moment_avg;
+  std::unique_ptr<comm::ParamAverager> view_avg;  // averaged_copies(): never bound, never in stats
   torch::Tensor snapshot;                // fp32 local values at the last sync start
   torch::Tensor global, momentum;        // DiLoCo outer copy and its momentum (fp32 flat)
   std::function<void()> hook;
@@ -89,15 +106,16 @@ struct LocalSgd::Impl {
   int64_t since_sync = 0;   // local steps since the last sync started
   int64_t pending_age = 0;  // steps since an overlapped average was started
   bool pending = false;
+  bool mean_ready = false;  // the pending average has arrived (in state_avg's flat), not yet applied
   bool finished = true;     // nothing to do in finish() until the next local step
   bool grads_bound = false; // gradients live in grad_avg's flat buffer
 
   Impl(torch::nn::Module& m, torch::optim::Optimizer& o, comm::Communicator& c, const config::LocalSgdConfig& k)
-      : model(m), optimizer(o), comm(c), cfg(k), diloco(k.outer == "diloco") {}
+      : model(m), optimizer(o), comm(c), cfg(k), diloco(k.outer == config::OuterOptimizer::kDiloco) {}
 
   comm::AveragerOptions averager_options(const std::string& name) const {
     comm::AveragerOptions o;
-    o.dtype = comm::parse_exchange_dtype(cfg.comm_dtype);
+    o.dtype = exchange_dtype(cfg.comm_dtype);
     o.bucket_mb = cfg.bucket_mb;
     o.name = name;
     return o;
@@ -112,6 +130,7 @@ struct LocalSgd::Impl {
   }
 
   void average_grads();
+  void await_mean();
   void begin_sync(bool blocking);
   void complete_sync(bool overlapped);
   double local_drift_squared() const;
@@ -157,6 +176,7 @@ void LocalSgd::Impl::begin_sync(bool blocking) {
   } else {
     state_avg->start_mean();
     pending = true;
+    mean_ready = false;
     pending_age = 0;
     stats.comm_seconds += sw.seconds();
   }
@@ -170,20 +190,16 @@ double LocalSgd::Impl::local_drift_squared() const {
   return diff.square().sum(torch::kDouble).item<double>();
 }
 
-// DiLoCo outer step on the global copy with the averaged pseudo-gradient g (in flat):
-// m = mu m + g; update = nesterov ? g + mu m : m; global -= outer_lr * update.
-void LocalSgd::Impl::outer_step() {
-  const auto& g = state_avg->flat();
-  const double mu = cfg.outer_momentum;
-  if (mu > 0) {
-    momentum.mul_(mu).add_(g);
-    if (cfg.nesterov)
-      global.sub_(g + mu * momentum, cfg.outer_lr);
-    else
-      global.sub_(momentum, cfg.outer_lr);
-  } else {
-    global.sub_(g, cfg.outer_lr);
-  }
+// DiLoCo outer step on the global copy with the averaged pseudo-gradient (in flat).
+void LocalSgd::Impl::outer_step() { outer_update(global, momentum, state_avg->flat(), cfg); }
+
+// Completes the transfer of an overlapped average (the result stays in flat until it is applied).
+void LocalSgd::Impl::await_mean() {
+  if (mean_ready) return;
+  Stopwatch sw;
+  state_avg->wait_mean();
+  mean_ready = true;
+  stats.comm_seconds += sw.seconds();
 }
 
 void LocalSgd::Impl::average_moments() {
@@ -218,8 +234,9 @@ void LocalSgd::Impl::complete_sync(bool overlapped) {
     stats.last_checksum = comm::checksum(sync_set);
     if (cfg.consistency_check) comm::verify_replicas_equal(comm, stats.last_checksum, what);
   }
-  if (cfg.optimizer_state == "average") average_moments();
+  if (cfg.optimizer_state == config::OptimizerState::kAverage) average_moments();
   pending = false;
+  mean_ready = false;
   stats.comm_seconds += sw.seconds();
   stats.last_sync_seconds = sw.seconds();
   HT_DEBUG("local_sgd: sync {} at step {}: drift {:.4e}, {} bytes, checksum {:016x}", stats.syncs, stats.steps,
@@ -233,9 +250,6 @@ LocalSgd::LocalSgd(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
   HT_REQUIRE(cfg.warmup_steps >= 0, ExitCode::kUsage, "local_sgd.warmup_steps = {} must be >= 0", cfg.warmup_steps);
   HT_REQUIRE(cfg.overlap_steps >= 0 && (cfg.overlap_steps == 0 || cfg.overlap_steps < cfg.steps), ExitCode::kUsage,
              "local_sgd.overlap_steps = {} must be in [0, local_sgd.steps = {})", cfg.overlap_steps, cfg.steps);
-  HT_REQUIRE(cfg.outer == "average" || cfg.outer == "diloco", ExitCode::kUsage,
-             "local_sgd.outer = '{}' is not average or diloco", cfg.outer);
-  comm::parse_exchange_dtype(cfg.comm_dtype);
   auto& s = *impl_;
   verify_same_model(comm, model, cfg);
   for (auto& p : model.parameters()) {
@@ -268,7 +282,8 @@ LocalSgd::LocalSgd(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                                      : std::string("off (gradient all-reduce every step)"),
           comm.size(),
           cfg.enabled ? fmt::format(", warmup {} synchronous steps, outer {}, exchange {}, overlap {} steps",
-                                    cfg.warmup_steps, cfg.outer, cfg.comm_dtype, cfg.overlap_steps)
+                                    cfg.warmup_steps, config::name_of(cfg.outer), config::name_of(cfg.comm_dtype),
+                                    cfg.overlap_steps)
                       : std::string());
 }
 
@@ -307,11 +322,9 @@ void LocalSgd::step() {
   if (s.pending) {
     s.pending_age += 1;
     if (s.pending_age >= s.cfg.overlap_steps) {
-      Stopwatch sw;
-      s.state_avg->wait_mean();
-      s.stats.comm_seconds += sw.seconds();
+      s.await_mean();
       s.complete_sync(true);
-    } else {
+    } else if (!s.mean_ready) {
       s.state_avg->test_mean();  // progress without a progress thread
     }
   }
@@ -322,13 +335,53 @@ void LocalSgd::finish() {
   auto& s = *impl_;
   if (s.finished || !s.state_avg) return;
   if (s.pending) {
-    Stopwatch sw;
-    s.state_avg->wait_mean();
-    s.stats.comm_seconds += sw.seconds();
+    s.await_mean();
     s.complete_sync(true);
   }
   if (s.since_sync > 0) s.begin_sync(true);
   s.finished = true;
+}
+
+bool LocalSgd::replicas_differ() const { return impl_->state_avg && (impl_->since_sync > 0 || impl_->pending); }
+
+const std::vector<torch::Tensor>& LocalSgd::sync_tensors() const { return impl_->sync_set; }
+
+// What finish() would do, on copies: the pending average applied (overlap), then one blocking
+// average of the result (plain mean, or DiLoCo's outer step on copies of global and momentum).
+// Same exchange settings as state_avg, so the values are bitwise those finish() would give.
+std::vector<torch::Tensor> LocalSgd::averaged_copies() {
+  auto& s = *impl_;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> out;
+  if (!replicas_differ()) {
+    for (const auto& t : s.sync_set) out.push_back(t.detach().clone());
+    return out;
+  }
+  if (!s.view_avg) s.view_avg = std::make_unique<comm::ParamAverager>(s.comm, s.sync_set, s.averager_options("average view"));
+  auto& flat = s.view_avg->flat();
+  s.view_avg->pack(s.sync_set);
+  torch::Tensor global, momentum;
+  if (s.diloco) {
+    global = s.global.clone();
+    momentum = s.momentum.clone();
+  }
+  if (s.pending) {
+    s.await_mean();
+    if (s.diloco) outer_update(global, momentum, s.state_avg->flat(), s.cfg);
+    const auto& target = s.diloco ? global : s.state_avg->flat();
+    flat.add_(target - s.snapshot);
+  }
+  if (s.since_sync > 0) {
+    if (s.diloco) flat.neg_().add_(global);
+    s.view_avg->allreduce_mean();
+    if (s.diloco) {
+      outer_update(global, momentum, flat, s.cfg);
+      flat.copy_(global);
+    }
+  }
+  for (size_t i = 0; i < s.sync_set.size(); ++i)
+    out.push_back(s.view_avg->slice(flat, i).view(s.sync_set[i].sizes()).clone());
+  return out;
 }
 
 const SyncStats& LocalSgd::stats() const { return impl_->stats; }
@@ -350,7 +403,6 @@ double LocalSgd::measure_drift() {
 
 std::map<std::string, torch::Tensor> LocalSgd::state_tensors() const {
   const auto& s = *impl_;
-  HT_REQUIRE(!s.pending, ExitCode::kRuntime, "local_sgd: call finish() before saving (an average is pending)");
   std::map<std::string, torch::Tensor> out;
   if (s.diloco && s.global.defined()) {
     const int64_t n = s.state_avg->numel();  // without the padding, so W may change on restart
@@ -360,35 +412,64 @@ std::map<std::string, torch::Tensor> LocalSgd::state_tensors() const {
   return out;
 }
 
+std::map<std::string, torch::Tensor> LocalSgd::rank_state_tensors() {
+  auto& s = *impl_;
+  std::map<std::string, torch::Tensor> out;
+  if (!s.pending) return out;
+  s.await_mean();  // the transfer ends now instead of later; the values it delivers are the same
+  const int64_t n = s.state_avg->numel();
+  out["snapshot"] = s.snapshot.narrow(0, 0, n).detach().cpu().clone();
+  out["pending_mean"] = s.state_avg->flat().narrow(0, 0, n).detach().cpu().clone();
+  return out;
+}
+
 std::map<std::string, int64_t> LocalSgd::state_ints() const {
   const auto& s = *impl_;
   return {{"steps", s.stats.steps},
           {"since_sync", s.since_sync},
+          {"pending", s.pending ? 1 : 0},
+          {"pending_age", s.pending_age},
           {"syncs", s.stats.syncs},
           {"grad_allreduces", s.stats.grad_allreduces},
           {"bytes_sent", static_cast<int64_t>(s.stats.bytes_sent)}};
 }
 
-void LocalSgd::load_state(const std::map<std::string, torch::Tensor>& tensors,
-                          const std::map<std::string, int64_t>& ints) {
+void LocalSgd::load_state(const std::map<std::string, torch::Tensor>& tensors, const std::map<std::string, int64_t>& ints,
+                          const std::map<std::string, torch::Tensor>& rank_tensors, bool exact) {
   auto& s = *impl_;
   HT_REQUIRE(!s.pending, ExitCode::kRuntime, "local_sgd: load_state while an average is pending");
   auto get = [&](const char* k) { auto it = ints.find(k); return it == ints.end() ? int64_t{0} : it->second; };
   s.stats.steps = get("steps");
-  s.since_sync = get("since_sync");
   s.stats.syncs = get("syncs");
   s.stats.grad_allreduces = get("grad_allreduces");
   s.stats.bytes_sent = static_cast<uint64_t>(get("bytes_sent"));
-  s.finished = s.since_sync == 0;
-  if (!s.diloco || !s.global.defined()) return;
-  for (auto [key, dst] : {std::pair{"outer_global", s.global}, std::pair{"outer_momentum", s.momentum}}) {
-    auto it = tensors.find(key);
-    HT_REQUIRE(it != tensors.end(), ExitCode::kData, "local_sgd: checkpoint lacks '{}' (outer = diloco)", key);
-    const int64_t n = s.state_avg->numel();
+  const int64_t n = s.state_avg ? s.state_avg->numel() : 0;
+  auto restore = [&](const std::map<std::string, torch::Tensor>& from, const char* key, torch::Tensor dst) {
+    auto it = from.find(key);
+    HT_REQUIRE(it != from.end(), ExitCode::kData, "local_sgd: checkpoint lacks '{}'", key);
     HT_REQUIRE(it->second.numel() == n, ExitCode::kData,
                "local_sgd: checkpoint '{}' has {} elements, the model needs {}", key, it->second.numel(), n);
     dst.narrow(0, 0, n).copy_(it->second.reshape({-1}));
+  };
+  if (exact) {
+    s.since_sync = get("since_sync");
+    s.pending = s.state_avg && get("pending") != 0;
+    s.pending_age = get("pending_age");
+    if (s.pending) {
+      restore(rank_tensors, "snapshot", s.snapshot);
+      restore(rank_tensors, "pending_mean", s.state_avg->flat());
+      s.mean_ready = true;
+    }
+  } else {
+    // Another rank count: the run continues from the averaged model (/model), as after a sync.
+    s.since_sync = 0;
+    s.pending = false;
   }
+  s.finished = s.since_sync == 0 && !s.pending;
+  if (!s.diloco || !s.global.defined()) return;
+  restore(tensors, "outer_global", s.global);
+  restore(tensors, "outer_momentum", s.momentum);
+  if (!exact) s.state_avg->pack(s.sync_set), s.global.copy_(s.state_avg->flat());
 }
 
 }  // namespace ht::train

@@ -1,6 +1,5 @@
 // Local SGD scope (the C++ twin of Accelerate's `with LocalSGD(...)`): ranks take N optimizer
 // steps independently, then average parameters with one fused all-reduce (lib/comm).
-// CONTRACT header written before the implementation; the local-SGD work owns and may extend it.
 // Semantics (warmup, overlap, DiLoCo, drift, consistency check): docs/local-sgd.md.
 #pragma once
 #include <torch/torch.h>
@@ -9,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "config/config.h"
@@ -21,7 +21,6 @@ struct SyncStats {
   uint64_t bytes_sent = 0;           // payload bytes this rank handed to MPI for averaging (cumulative)
   double last_drift = 0.0;           // sqrt(sum over ranks |p_r - mean|^2 / W) at the last sync (before averaging)
   double comm_seconds = 0.0;         // wall time inside averaging (pack, collectives, unpack, telemetry), cumulative
-  // Added by the local-SGD work:
   int64_t steps = 0;                 // optimizer steps seen by step()
   uint64_t bytes_last_sync = 0;      // payload of the last parameter average (params, buffers, moments)
   uint64_t bytes_per_grad_allreduce = 0;
@@ -60,10 +59,27 @@ class LocalSgd {
   // Test hook: runs after each average is applied and before the consistency check.
   void set_post_average_hook(std::function<void()> hook);
 
-  // Checkpointed state (DiLoCo outer copy and momentum, counters).
+  // True while the replicas may differ: local steps since the last average, or one in flight.
+  bool replicas_differ() const;
+  // The tensors an average covers: the parameters, then the float buffers (average_buffers).
+  const std::vector<torch::Tensor>& sync_tensors() const;
+  // Collective and passive: copies of sync_tensors() holding the model an average at this moment
+  // would give, bitwise what finish() would produce, while the replicas, the optimizer, the
+  // counters and the telemetry stay as they are. Saves and evaluations use it, so that neither
+  // changes the training they record or measure. Plain copies when the replicas agree.
+  std::vector<torch::Tensor> averaged_copies();
+
+  // Checkpointed state. Shared: DiLoCo outer copy and momentum, counters. Per rank: the state of
+  // an overlapped average in flight (its snapshot and its delivered mean; waiting for the transfer
+  // to end changes no value).
   std::map<std::string, torch::Tensor> state_tensors() const;
   std::map<std::string, int64_t> state_ints() const;
-  void load_state(const std::map<std::string, torch::Tensor>& tensors, const std::map<std::string, int64_t>& ints);
+  std::map<std::string, torch::Tensor> rank_state_tensors();
+  // exact: the same rank count as the run that saved (every rank restores its own replica and the
+  // average in flight). Otherwise the run continues as after an average at the saved step: from
+  // the averaged model, DiLoCo's outer copy set to it, its momentum as saved.
+  void load_state(const std::map<std::string, torch::Tensor>& tensors, const std::map<std::string, int64_t>& ints,
+                  const std::map<std::string, torch::Tensor>& rank_tensors, bool exact);
 
  private:
   struct Impl;

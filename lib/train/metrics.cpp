@@ -1,9 +1,15 @@
 #include "train/metrics.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/cuda.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <vector>
 
 #include "core/error.h"
+#include "core/log.h"
+#include "core/memory.h"
 #include "core/timer.h"
 
 namespace ht::train {
@@ -20,10 +26,73 @@ void MetricsWriter::write(const nlohmann::json& line) {
   out_.flush();
 }
 
+void truncate_metrics(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  HT_REQUIRE(out.good(), ExitCode::kData, "{}: cannot write", tmp);
+  int64_t dropped = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || (j.contains("step") && j["step"].is_number() && j["step"] > step)) {
+      ++dropped;
+      continue;
+    }
+    out << line << '\n';
+  }
+  out.close();
+  HT_REQUIRE(out.good() && std::rename(tmp.c_str(), path.c_str()) == 0, ExitCode::kData,
+             "{}: cannot replace it with the lines up to step {}", path, step);
+  if (dropped > 0) HT_INFO("{}: dropped {} line(s) after step {} (redone by this run)", path, dropped, step);
+}
+
+void report_step(MetricsWriter& metrics, const StepReport& r, const SyncStats& sync) {
+  const double tokens_per_s = static_cast<double>(r.global_tokens) / r.step_seconds;
+  const double mfu = r.flops_per_token * tokens_per_s / (r.peak_flops_per_rank * r.world_size);
+  const double eta_s = r.step_seconds * static_cast<double>(r.total_steps - r.step);
+  HT_INFO("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tok/s | MFU {:.1f}% | act peak {:.1f} MiB"
+          " | eta {:.0f}s",
+          r.step, r.total_steps, r.loss, r.lr, r.grad_norm, tokens_per_s, 100.0 * mfu,
+          static_cast<double>(r.peak_step_bytes) / (1 << 20), eta_s);
+  metrics.write({{"step", r.step},
+                 {"loss", r.loss},
+                 {"lr", r.lr},
+                 {"grad_norm", r.grad_norm},
+                 {"tokens_per_s", tokens_per_s},
+                 {"mfu", mfu},
+                 {"tokens_seen", r.tokens_seen},
+                 {"step_seconds", r.step_seconds},
+                 {"peak_step_bytes", r.peak_step_bytes},
+                 {"peak_rss_bytes", memory::process_peak_rss_bytes()},
+                 {"syncs", sync.syncs},
+                 {"grad_allreduces", sync.grad_allreduces},
+                 {"bytes_sent", sync.bytes_sent},
+                 {"bytes_per_step", r.step > 0 ? static_cast<double>(sync.bytes_sent) / r.step : 0.0},
+                 {"comm_seconds", sync.comm_seconds},
+                 {"drift", sync.last_drift}});
+}
+
+void report_eval(MetricsWriter& metrics, const EvalResult& r, int64_t step, int64_t epoch, double seconds,
+                 const char* reason) {
+  nlohmann::json line = {{"step", step},           {"epoch", epoch},         {"eval_loss", r.loss},
+                         {"eval_accuracy", r.accuracy}, {"eval_count", r.count}, {"eval_seconds", seconds}};
+  if (r.task == config::Task::kCausalLm) {
+    line["eval_perplexity"] = r.perplexity;
+    HT_INFO("eval ({}) step {} | eval_loss {:.4f} | perplexity {:.2f} | accuracy {:.4f} | {} tokens", reason, step,
+            r.loss, r.perplexity, r.accuracy, r.count);
+  } else {
+    line["eval_f1"] = r.f1;
+    HT_INFO("eval ({}) step {} | eval_loss {:.4f} | accuracy {:.4f} | macro-F1 {:.4f} | {} samples", reason, step,
+            r.loss, r.accuracy, r.f1, r.count);
+  }
+  metrics.write(line);
+}
+
 double measure_peak_flops(const torch::Device& device) {
   const int64_t n = device.is_cuda() ? 4096 : 1024;
-  auto opts = torch::TensorOptions().dtype(torch::kFloat).device(device);
-  auto a = torch::randn({n, n}, opts), b = torch::randn({n, n}, opts);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(12345);
+  auto a = torch::randn({n, n}, gen, torch::kFloat).to(device), b = torch::randn({n, n}, gen, torch::kFloat).to(device);
   auto sync = [&] {
     if (device.is_cuda()) torch::cuda::synchronize(device.index());
   };

@@ -1,11 +1,14 @@
-// Run metrics: metrics.jsonl (one JSON object per line, rank 0 only) and the peak FLOP/s figure
-// that MFU is measured against.
+// Run metrics: metrics.jsonl (one JSON object per line, rank 0 only), the console lines of
+// training steps and evaluations, and the peak FLOP/s figure that MFU is measured against.
 #pragma once
 #include <nlohmann/json.hpp>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <fstream>
 #include <string>
+
+#include "train/evaluate.h"
+#include "train/local_sgd.h"
 
 namespace ht::train {
 
@@ -20,8 +23,31 @@ class MetricsWriter {
   bool enabled_;
 };
 
+// After a resume from step `step`: drops the lines of later steps (work the crashed run did and
+// this one redoes) and a torn last line, so the file holds each step once. Atomic (tmp + rename).
+void truncate_metrics(const std::string& path, int64_t step);
+
+// One optimizer step as it is logged.
+struct StepReport {
+  int64_t step = 0, total_steps = 0;
+  double loss = 0.0, lr = 0.0, grad_norm = 0.0;
+  double step_seconds = 0.0;
+  int64_t global_tokens = 0;   // tokens of this step over all ranks
+  int64_t tokens_seen = 0;     // since the start of training
+  int64_t peak_step_bytes = 0; // counted tensor memory above the step's start (activations)
+  double flops_per_token = 0.0, peak_flops_per_rank = 0.0;
+  int world_size = 1;
+};
+
+// Console line (rank 0) and metrics.jsonl line of a training step.
+void report_step(MetricsWriter& metrics, const StepReport& r, const SyncStats& sync);
+// Console line (rank 0) and metrics.jsonl line of an evaluation.
+void report_eval(MetricsWriter& metrics, const EvalResult& r, int64_t step, int64_t epoch, double seconds,
+                 const char* reason);
+
 // Measures the FLOP/s of a square fp32 matmul on this device with the current thread count
-// (best of 5 runs of ~0.1 s), as the MFU denominator when train.peak_flops = 0.
+// (best of 5 runs of ~0.1 s), as the MFU denominator when train.peak_flops = 0. Its operands come
+// from a private generator: the run's random streams are not touched.
 double measure_peak_flops(const torch::Device& device);
 
 }  // namespace ht::train

@@ -28,10 +28,10 @@ LrSchedule::LrSchedule(const config::TrainConfig& cfg, int64_t total_steps)
 
 double LrSchedule::lr_at(int64_t step) const {
   if (warmup_ > 0 && step < warmup_) return lr_ * static_cast<double>(step + 1) / static_cast<double>(warmup_);
-  if (kind_ == "constant") return lr_;
+  if (kind_ == config::LrScheduleKind::kConstant) return lr_;
   const int64_t decay_steps = std::max<int64_t>(1, total_ - warmup_);
   const double progress = std::min(1.0, static_cast<double>(step - warmup_) / static_cast<double>(decay_steps));
-  const double coeff = kind_ == "cosine" ? 0.5 * (1.0 + std::cos(M_PI * progress)) : 1.0 - progress;
+  const double coeff = kind_ == config::LrScheduleKind::kCosine ? 0.5 * (1.0 + std::cos(M_PI * progress)) : 1.0 - progress;
   return min_lr_ + coeff * (lr_ - min_lr_);
 }
 

@@ -23,7 +23,7 @@ class LrSchedule {
   double apply(torch::optim::Optimizer& opt, int64_t step) const;
 
  private:
-  std::string kind_;
+  config::LrScheduleKind kind_;
   double lr_, min_lr_;
   int64_t warmup_, total_;
 };

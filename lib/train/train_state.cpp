@@ -1,9 +1,11 @@
 #include "train/train_state.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <mutex>
+#include <unordered_map>
 
 #include "core/error.h"
 
@@ -26,19 +28,65 @@ torch::optim::AdamWParamState* adam_state(torch::optim::AdamW& opt, const torch:
   return static_cast<torch::optim::AdamWParamState*>(it->second.get());
 }
 
-torch::Tensor cuda_rng_state() {
-  if (!torch::cuda::is_available()) return {};
-  return at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, 0)).get_state();
+// Every CUDA device's generator: a rank on cuda:3 draws its dropout masks from device 3's.
+void capture_cuda_rng(std::map<std::string, torch::Tensor>& out) {
+  if (!torch::cuda::is_available()) return;
+  for (int64_t d = 0; d < static_cast<int64_t>(torch::cuda::device_count()); ++d)
+    out["rng/cuda" + std::to_string(d)] =
+        at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(d))).get_state();
+}
+
+void restore_cuda_rng(const std::map<std::string, torch::Tensor>& in) {
+  if (!torch::cuda::is_available()) return;
+  for (int64_t d = 0; d < static_cast<int64_t>(torch::cuda::device_count()); ++d) {
+    auto it = in.find("rng/cuda" + std::to_string(d));
+    if (it == in.end()) continue;
+    at::Generator gen =
+        at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(d)));
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(it->second);
+  }
+}
+
+std::map<std::string, torch::Tensor> with_prefix(const std::map<std::string, torch::Tensor>& in,
+                                                 const std::string& prefix) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& [k, v] : in)
+    if (k.rfind(prefix, 0) == 0) out[k.substr(prefix.size())] = v;
+  return out;
+}
+
+// /model holds the averaged model (what eval, export and inspect read); while the replicas
+// differ, each rank's own values go beside it as rank/<r>/replica/..., so that a resume continues
+// every replica exactly instead of averaging them (which would change the run).
+void capture_model(const StateRefs& refs, checkpoint::Snapshot& s) {
+  std::unordered_map<const void*, torch::Tensor> averaged;
+  const bool differ = refs.local_sgd.replicas_differ();
+  if (differ) {
+    const auto copies = refs.local_sgd.averaged_copies();
+    const auto& sync = refs.local_sgd.sync_tensors();
+    for (size_t i = 0; i < sync.size(); ++i) averaged[sync[i].unsafeGetTensorImpl()] = copies[i];
+  }
+  auto model_value = [&](const torch::Tensor& t) {
+    auto it = averaged.find(t.unsafeGetTensorImpl());
+    return (it == averaged.end() ? t : it->second).detach().cpu().clone();
+  };
+  for (const auto& p : refs.gpt->named_parameters()) s.tensors["model/" + p.key()] = model_value(p.value());
+  for (const auto& b : refs.gpt->named_buffers()) s.tensors["model_buffers/" + b.key()] = model_value(b.value());
+  if (!differ) return;
+  for (const auto& p : refs.gpt->named_parameters())
+    s.per_rank["replica/model/" + p.key()] = p.value().detach().cpu().clone();
+  for (const auto& b : refs.gpt->named_buffers())
+    s.per_rank["replica/model_buffers/" + b.key()] = b.value().detach().cpu().clone();
 }
 
 }  // namespace
 
-checkpoint::Snapshot capture_state(const StateRefs& refs, const Counters& counters, const std::string& config_toml,
+checkpoint::Snapshot capture_state(const StateRefs& refs, const Counters& counters, const RunInfo& run,
                                    comm::Communicator& comm) {
   checkpoint::Snapshot s;
   s.world_size = comm.size();
-  for (const auto& p : refs.gpt->named_parameters()) s.tensors["model/" + p.key()] = p.value().detach().cpu().clone();
-  for (const auto& b : refs.gpt->named_buffers()) s.tensors["model_buffers/" + b.key()] = b.value().detach().cpu().clone();
+  capture_model(refs, s);
   auto& moments = refs.optimizer_per_rank ? s.per_rank : s.tensors;
   for (const auto& p : refs.gpt->named_parameters()) {
     auto* st = adam_state(refs.optimizer, p.value());
@@ -56,34 +104,41 @@ checkpoint::Snapshot capture_state(const StateRefs& refs, const Counters& counte
   s.ints["loader/samples_consumed"] = ls.samples_consumed;
   for (const auto& [k, v] : refs.local_sgd.state_tensors()) s.tensors["local_sgd/" + k] = v.detach().cpu().clone();
   for (const auto& [k, v] : refs.local_sgd.state_ints()) s.ints["local_sgd/" + k] = v;
+  for (const auto& [k, v] : refs.local_sgd.rank_state_tensors()) s.per_rank["local_sgd/" + k] = v;
   s.per_rank["rng/cpu"] = cpu_rng_state();
-  auto cuda = cuda_rng_state();
-  if (cuda.defined()) s.per_rank["rng/cuda0"] = cuda;
-  s.strings["config"] = config_toml;
+  capture_cuda_rng(s.per_rank);
+  s.strings["config"] = run.config_toml;
+  s.strings["dataset_identity"] = run.dataset_identity;
+  s.run_id = run.run_id;
   return s;
 }
 
 namespace {
 
-void restore_model(model::Gpt& gpt, const checkpoint::Snapshot& snap) {
+void restore_model(model::Gpt& gpt, const checkpoint::Snapshot& snap, bool own_replica) {
   torch::NoGradGuard no_grad;
-  for (auto& p : gpt->named_parameters()) {
-    auto it = snap.tensors.find("model/" + p.key());
-    HT_REQUIRE(it != snap.tensors.end(), ExitCode::kUsage, "checkpoint has no parameter '{}' (different model?)",
-               p.key());
-    HT_REQUIRE(it->second.sizes() == p.value().sizes(), ExitCode::kUsage,
-               "checkpoint parameter '{}' has shape {} but the model expects {}", p.key(), c10::str(it->second.sizes()),
-               c10::str(p.value().sizes()));
-    p.value().copy_(it->second);
-  }
-  for (auto& b : gpt->named_buffers()) {
-    auto it = snap.tensors.find("model_buffers/" + b.key());
-    if (it != snap.tensors.end()) b.value().copy_(it->second);
-  }
+  auto source = [&](const std::string& key) -> const torch::Tensor& {
+    if (own_replica) {
+      auto it = snap.per_rank.find("replica/" + key);
+      HT_REQUIRE(it != snap.per_rank.end(), ExitCode::kData, "checkpoint {}: this rank's replica lacks '{}'",
+                 snap.path, key);
+      return it->second;
+    }
+    return snap.tensors.at(key);
+  };
+  auto copy = [&](torch::Tensor& dst, const std::string& key) {
+    const torch::Tensor& src = source(key);
+    HT_REQUIRE(src.sizes() == dst.sizes(), ExitCode::kData, "checkpoint {}: '{}' has shape {}, the model {}",
+               snap.path, key, c10::str(src.sizes()), c10::str(dst.sizes()));
+    dst.copy_(src);
+  };
+  for (auto& p : gpt->named_parameters()) copy(p.value(), "model/" + p.key());
+  for (auto& b : gpt->named_buffers()) copy(b.value(), "model_buffers/" + b.key());
 }
 
 void restore_optimizer(const StateRefs& refs, const checkpoint::Snapshot& snap) {
-  // Moments are per rank when written by local SGD with local moments, else shared; accept either.
+  // Moments are per rank when written by local SGD, else shared (check_compatible has refused
+  // per-rank moments for a run that shares them).
   const bool per_rank = !snap.per_rank.empty() &&
                         std::any_of(snap.per_rank.begin(), snap.per_rank.end(),
                                     [](const auto& kv) { return kv.first.rfind("optimizer/", 0) == 0; });
@@ -105,7 +160,25 @@ void restore_optimizer(const StateRefs& refs, const checkpoint::Snapshot& snap) 
 
 }  // namespace
 
-void restore_state(const StateRefs& refs, Counters& counters, const checkpoint::Snapshot& snap) {
+namespace {
+
+void check_same_data(const checkpoint::Snapshot& snap, const std::string& identity, bool allow_change) {
+  auto it = snap.strings.find("dataset_identity");
+  if (it == snap.strings.end()) return;  // written before identities were stored
+  if (it->second == identity) return;
+  HT_REQUIRE(allow_change, ExitCode::kUsage,
+             "checkpoint {} was trained on other data than data.path holds now (dataset identity {} in the "
+             "checkpoint, {} now): the file was replaced or re-prepared, so the resumed run would not continue the "
+             "same training; set checkpoint.allow_dataset_change = true to resume anyway",
+             snap.path, it->second, identity);
+  HT_WARN("resuming {} on other data (dataset identity {} -> {}): checkpoint.allow_dataset_change = true", snap.path,
+          it->second, identity);
+}
+
+}  // namespace
+
+void restore_state(const StateRefs& refs, Counters& counters, const checkpoint::Snapshot& snap, int world_size,
+                   const std::string& dataset_identity, bool allow_dataset_change) {
   auto get = [&](const std::string& k) {
     auto it = snap.ints.find(k);
     HT_REQUIRE(it != snap.ints.end(), ExitCode::kData, "checkpoint lacks '{}'", k);
@@ -116,27 +189,31 @@ void restore_state(const StateRefs& refs, Counters& counters, const checkpoint::
              "checkpoint was written with a global batch of {} samples, this run has {} (ranks x "
              "train.micro_batch_size x train.grad_accum_steps); keep the global batch when resuming",
              batch, counters.global_batch);
-  restore_model(refs.gpt, snap);
+  check_same_data(snap, dataset_identity, allow_dataset_change);
+  checkpoint::Expectation want;
+  for (const auto& p : refs.gpt->named_parameters()) want.params[p.key()] = p.value();
+  for (const auto& b : refs.gpt->named_buffers()) want.buffers[b.key()] = b.value();
+  want.optimizer = true;
+  want.moments_per_rank = refs.optimizer_per_rank;
+  checkpoint::check_compatible(snap, want);
+  // Same rank count: every rank continues its own replica. Another count: the averaged model.
+  const bool exact = snap.world_size == world_size;
+  const bool replicas = std::any_of(snap.per_rank.begin(), snap.per_rank.end(),
+                                    [](const auto& kv) { return kv.first.rfind("replica/", 0) == 0; });
+  restore_model(refs.gpt, snap, exact && replicas);
   restore_optimizer(refs, snap);
   counters.step = get("step");
   counters.tokens_seen = get("tokens_seen");
   refs.loader.restore({get("loader/seed"), get("loader/epoch"), get("loader/samples_consumed")});
-  std::map<std::string, torch::Tensor> lt;
   std::map<std::string, int64_t> li;
-  for (const auto& [k, v] : snap.tensors)
-    if (k.rfind("local_sgd/", 0) == 0) lt[k.substr(10)] = v;
   for (const auto& [k, v] : snap.ints)
     if (k.rfind("local_sgd/", 0) == 0) li[k.substr(10)] = v;
-  refs.local_sgd.load_state(lt, li);
+  refs.local_sgd.load_state(with_prefix(snap.tensors, "local_sgd/"), li, with_prefix(snap.per_rank, "local_sgd/"),
+                            exact);
+  // Last: nothing above draws random numbers, and the first step after resume sees these streams.
   auto rng = snap.per_rank.find("rng/cpu");
   if (rng != snap.per_rank.end()) set_cpu_rng_state(rng->second);
-  auto cuda = snap.per_rank.find("rng/cuda0");
-  if (cuda != snap.per_rank.end() && torch::cuda::is_available())
-  {
-    at::Generator gen = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, 0));
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(cuda->second);
-  }
+  restore_cuda_rng(snap.per_rank);
 }
 
 }  // namespace ht::train

@@ -25,17 +25,29 @@ struct StateRefs {
   torch::optim::AdamW& optimizer;
   LocalSgd& local_sgd;
   data::Loader& loader;
-  bool optimizer_per_rank;  // local SGD with local moments: replicas' moments differ
+  bool optimizer_per_rank;  // local SGD: the replicas' moments differ between averages
 };
 
-checkpoint::Snapshot capture_state(const StateRefs& refs, const Counters& counters, const std::string& config_toml,
+// What a checkpoint says about the run beyond its state.
+struct RunInfo {
+  std::string config_toml;       // the resolved config
+  std::string dataset_identity;  // data::Dataset::identity(): a resume recognises other data under the same path
+  std::string run_id;            // this run's lineage (checkpoint::Snapshot::run_id)
+};
+
+checkpoint::Snapshot capture_state(const StateRefs& refs, const Counters& counters, const RunInfo& run,
                                    comm::Communicator& comm);
 
-// Throws ht::Error(kUsage) if the snapshot does not fit the model (names the first mismatching
-// parameter) or the global batch differs.
-void restore_state(const StateRefs& refs, Counters& counters, const checkpoint::Snapshot& snap);
+// Throws ht::Error(kUsage) if the snapshot does not fit the model or its optimizer
+// (checkpoint::check_compatible) or the global batch differs.
+// world_size: this run's rank count; the same as the checkpoint's restores every rank's replica
+// and an average in flight exactly, another continues from the averaged model (docs/checkpoint-format.md).
+// A checkpoint trained on other data (its dataset identity differs) is refused unless
+// allow_dataset_change (checkpoint.allow_dataset_change).
+void restore_state(const StateRefs& refs, Counters& counters, const checkpoint::Snapshot& snap, int world_size,
+                   const std::string& dataset_identity, bool allow_dataset_change);
 
-// Generator states as uint8 tensors (CPU; CUDA device 0..n when available).
+// The CPU generator's state as a uint8 tensor (CUDA devices' generators are captured the same way).
 torch::Tensor cpu_rng_state();
 void set_cpu_rng_state(const torch::Tensor& state);
 

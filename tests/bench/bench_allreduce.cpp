@@ -66,10 +66,15 @@ void set_counters(benchmark::State& state, const ParamSet& s, uint64_t bytes) {
                                                benchmark::Counter::kIsRate);
 }
 
+ht::comm::ExchangeDType exchange_dtype(const std::string& name) {
+  return name == "bf16" ? ht::comm::ExchangeDType::kBF16
+                        : name == "fp16" ? ht::comm::ExchangeDType::kF16 : ht::comm::ExchangeDType::kF32;
+}
+
 void BM_Fused(benchmark::State& state, const std::string& set, const std::string& dtype, int64_t bucket_mb) {
   auto& s = sets().at(set);
   ht::comm::ParamAverager avg(*g_comm, s.tensors,
-                              {ht::comm::parse_exchange_dtype(dtype), bucket_mb, false, set});
+                              {exchange_dtype(dtype), bucket_mb, false, set});
   const std::string method = dtype == "fp32" ? (bucket_mb ? "fused_bucket" + std::to_string(bucket_mb) + "mb" : "fused")
                                              : "fused_" + dtype;
   timed_loop(state, set + "/" + method, [&] { avg.average(s.tensors); });
@@ -153,7 +158,7 @@ int main(int argc, char** argv) {
   ht::comm::MpiSession mpi(&argc, &argv);
   auto comm = ht::comm::make_mpi_world();
   g_comm = comm.get();
-  ht::log::init(comm->rank(), comm->size(), "warn");
+  ht::log::init(comm->rank(), comm->size(), ht::log::Level::kWarn);
   torch::set_num_threads(1);
   // HT_BENCH_BIG_VOCAB overrides the GPT-2-small vocabulary (50257) when memory is short.
   const char* vocab_env = std::getenv("HT_BENCH_BIG_VOCAB");

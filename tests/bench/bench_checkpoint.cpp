@@ -127,7 +127,7 @@ BENCHMARK(BM_LoadWarm)->Arg(1)->Iterations(1)->Unit(benchmark::kMillisecond)->Us
 }  // namespace
 
 int main(int argc, char** argv) {
-  ht::log::init(0, 1, "warn");
+  ht::log::init(0, 1, ht::log::Level::kWarn);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -65,7 +65,8 @@ double predicted_bytes(const Shape& x, double dropout, const std::string& policy
   const double s = x.seq_len, b = x.batch, h = x.d_model, a = x.n_head, V = x.vocab, L = x.n_layer;
   const double sbh = s * b * h, store = per_layer_store_bytes(x, dropout);
   ht::config::RecomputeConfig cfg;
-  cfg.policy = policy == "selective-keep-attn" ? "selective" : policy;
+  cfg.policy = *ht::config::parse_enum<ht::config::RecomputePolicy>(
+      policy == "selective-keep-attn" ? std::string("selective") : policy);
   cfg.k = 2;
   const auto plan = ht::recompute::plan(cfg, static_cast<size_t>(x.n_layer));
   double n_inputs = 0;  // recomputed blocks keep their input
@@ -99,7 +100,8 @@ void BM_Step(benchmark::State& st) {
   ht::config::RecomputeConfig cfg;
   ht::recompute::Options opts;
   opts.recompute_attention_core = std::string(policy) != "selective-keep-attn";
-  cfg.policy = opts.recompute_attention_core ? policy : "selective";
+  cfg.policy = *ht::config::parse_enum<ht::config::RecomputePolicy>(opts.recompute_attention_core ? policy
+                                                                                                   : "selective");
   cfg.k = 2;
   ht::recompute::apply(m, cfg, opts);
   auto ids = torch::randint(x.vocab, {x.batch, x.seq_len + 1});

@@ -68,12 +68,11 @@ void BM_TrainerConsumption(benchmark::State& state) {
 void BM_LoaderThroughput(benchmark::State& state) {
   auto comm = ht::comm::make_local();
   ht::data::LoaderOptions lo;
-  lo.path = dataset();
   lo.seq_len = kSeqLen;
   lo.micro_batch = kMicro;
   lo.prefetch = 4;
   lo.cache_bytes = static_cast<size_t>(state.range(0));  // 0: one chunk, re-read and re-verified per sample
-  ht::data::Loader loader(lo, *comm);
+  ht::data::Loader loader(ht::data::Dataset::open(dataset()), lo, *comm);
   int64_t tokens = 0;
   ht::Stopwatch clock;
   for (auto _ : state) {
@@ -94,7 +93,7 @@ BENCHMARK(BM_TrainerConsumption)->Unit(benchmark::kMillisecond)->MinTime(3.0)->U
 BENCHMARK(BM_LoaderThroughput)->Arg(256 << 20)->Arg(0)->Unit(benchmark::kMicrosecond)->MinTime(3.0)->UseRealTime();
 
 int main(int argc, char** argv) {
-  ht::log::init(0, 1, "warn");
+  ht::log::init(0, 1, ht::log::Level::kWarn);
   dataset();  // prepare outside the timed region
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

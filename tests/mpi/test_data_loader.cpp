@@ -37,7 +37,6 @@ World& world() {
 
 LoaderOptions options(int64_t micro, int64_t accum) {
   LoaderOptions o;
-  o.path = world().path;
   o.seq_len = kSeqLen;
   o.micro_batch = micro;
   o.grad_accum = accum;
@@ -59,7 +58,7 @@ std::vector<int64_t> gather_ids(const Batch& b) {
 
 TEST(DataLoaderMpi, EpochIsDisjointAndCompleteAcrossRanks) {
   auto& comm = *world().comm;
-  Loader loader(options(3, 2), comm);
+  Loader loader(Dataset::open(world().path), options(3, 2), comm);
   const int64_t G = comm.size() * 6;
   ASSERT_EQ(loader.steps_per_epoch(), 250 / G);
   std::set<int64_t> seen;
@@ -78,9 +77,9 @@ TEST(DataLoaderMpi, SameGlobalBatchesAsOneRank) {
   auto& comm = *world().comm;
   const int64_t G = 12;  // 12 = 2 ranks x 3 x 2 = 3 ranks x 2 x 2 = 1 rank x 6 x 2
   const int64_t micro = G / 2 / comm.size();
-  Loader dist(options(micro, 2), comm);
+  Loader dist(Dataset::open(world().path), options(micro, 2), comm);
   fixtures::FakeComm solo(0, 1);
-  Loader single(options(6, 2), solo);
+  Loader single(Dataset::open(world().path), options(6, 2), solo);
   for (int64_t step = 0; step < 25; ++step) {  // 20 steps per epoch: crosses an epoch
     std::vector<int64_t> a, b;
     for (int m = 0; m < 2; ++m) {
@@ -97,19 +96,19 @@ TEST(DataLoaderMpi, SameGlobalBatchesAsOneRank) {
 
 TEST(DataLoaderMpi, RestoreMidEpochContinuesTheSequence) {
   auto& comm = *world().comm;
-  Loader a(options(2, 3), comm);
+  Loader a(Dataset::open(world().path), options(2, 3), comm);
   for (int i = 0; i < 7; ++i) a.next();  // mid-step (7 micro-steps of 3 per step)
   const LoaderState st = a.state();
   std::vector<std::vector<int64_t>> expected;
   for (int i = 0; i < 12; ++i) expected.push_back(gather_ids(a.next()));
-  Loader b(options(2, 3), comm);
+  Loader b(Dataset::open(world().path), options(2, 3), comm);
   b.restore(st);
   for (int i = 0; i < 12; ++i) EXPECT_EQ(gather_ids(b.next()), expected[i]) << "micro-step " << i;
 }
 
 TEST(DataLoaderMpi, EvalShardsCoverTheValidationSplit) {
   auto& comm = *world().comm;
-  EvalReader eval(world().path, "val", kSeqLen, 5, comm);
+  EvalReader eval(Dataset::open(world().path), "val", kSeqLen, 5, comm);
   int64_t local = 0, sum = 0;
   Batch b;
   while (eval.next(b)) {
@@ -130,9 +129,8 @@ TEST(DataLoaderMpi, FewerSamplesThanRanksFailsOnEveryRank) {
   p = comm.broadcast_string(p, 0);
   comm.barrier();
   LoaderOptions o = options(1, 1);
-  o.path = p;
   try {
-    Loader l(o, comm);
+    Loader l(Dataset::open(p), o, comm);
     ADD_FAILURE() << "no error";
   } catch (const ht::Error& e) {
     EXPECT_NE(std::string(e.what()).find("fewer samples than the"), std::string::npos) << e.what();

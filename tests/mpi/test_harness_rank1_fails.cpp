@@ -1,4 +1,5 @@
-// Registered with WILL_FAIL: proves that a failure on rank 1 alone fails the whole MPI test.
+// Fails on rank 1 only; tests/support/expect_rank1_failure.sh requires that the whole MPI test
+// fails with exactly this failure (the harness self-test).
 #include <gtest/gtest.h>
 #include <mpi.h>
 

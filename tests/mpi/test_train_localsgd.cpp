@@ -160,7 +160,7 @@ TEST(LocalSgd, DilocoWithOuterLrOneAndNoMomentumEqualsAveraging) {
   auto comm = ht::comm::make_mpi_world();
   auto cfg = local(4);
   auto plain = run(*comm, cfg, 14);
-  cfg.outer = "diloco";
+  cfg.outer = ht::config::OuterOptimizer::kDiloco;
   cfg.outer_lr = 1.0;
   cfg.outer_momentum = 0.0;
   expect_close(plain, run(*comm, cfg, 14), 1e-6);
@@ -178,7 +178,7 @@ TEST(LocalSgd, SixteenBitExchangeStaysCloseToFp32) {
   auto ref = run(*comm, local(3), 9);
   for (const char* dt : {"bf16", "fp16"}) {
     auto cfg = local(3);
-    cfg.comm_dtype = dt;
+    cfg.comm_dtype = *ht::config::parse_enum<ht::config::ExchangeDtype>(dt);
     auto got = run(*comm, cfg, 9);
     // 3 syncs, each rounding params of magnitude < 1 to 16 bits (<= 2^-8 relative for bf16).
     expect_close(ref, got, std::string(dt) == "bf16" ? 2e-2 : 3e-3);
@@ -271,7 +271,7 @@ TEST(LocalSgd, AveragedOptimizerMomentsAgreeAcrossRanks) {
   auto comm = ht::comm::make_mpi_world();
   Replica rep(comm->rank(), 2, /*adam=*/true);
   auto cfg = local(3);
-  cfg.optimizer_state = "average";
+  cfg.optimizer_state = ht::config::OptimizerState::kAverage;
   LocalSgd lsgd(*rep.model, *rep.opt, *comm, cfg);
   for (int s = 0; s < 3; ++s) rep.train_step(lsgd, comm->rank(), s);
   std::vector<torch::Tensor> moments;
@@ -317,7 +317,7 @@ TEST(LocalSgd, StepsBelowOneIsRejected) {
 TEST(LocalSgd, StateRoundTripRestoresCounters) {
   auto comm = ht::comm::make_mpi_world();
   auto cfg = local(4);
-  cfg.outer = "diloco";
+  cfg.outer = ht::config::OuterOptimizer::kDiloco;
   Replica rep(comm->rank());
   LocalSgd lsgd(*rep.model, *rep.opt, *comm, cfg);
   for (int s = 0; s < 6; ++s) rep.train_step(lsgd, comm->rank(), s);
@@ -328,7 +328,7 @@ TEST(LocalSgd, StateRoundTripRestoresCounters) {
   ASSERT_EQ(tensors.count("outer_global"), 1u);
   Replica rep2(comm->rank());
   LocalSgd restored(*rep2.model, *rep2.opt, *comm, cfg);
-  restored.load_state(tensors, ints);
+  restored.load_state(tensors, ints, lsgd.rank_state_tensors(), /*exact=*/true);
   EXPECT_EQ(restored.stats().steps, 6);
   EXPECT_EQ(restored.local_step(), 2);
   EXPECT_EQ(restored.stats().syncs, 1);

@@ -3,6 +3,7 @@ binary under mpirun, reading metrics/summary files, and a tiny check recorder.""
 import glob
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -26,11 +27,18 @@ def ref_env(threads=1):
     return env
 
 
-def run_reference(out, config, overrides, variant="single", ranks=1, extra=(), port=29600, log=None):
+def free_port():
+    """A TCP port nothing listens on now (the kernel's pick), so concurrent tests never collide."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_reference(out, config, overrides, variant="single", ranks=1, extra=(), log=None):
     cmd = [sys.executable]
     if ranks > 1:
         cmd += ["-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_addr", "127.0.0.1",
-                "--master_port", str(port)]
+                "--master_port", str(free_port())]
     cmd += ["-m", "hpctrain_ref.train_ref", "--config", config, "--variant", variant, "--out", out, *extra]
     for o in overrides:
         cmd += ["--set", o]

@@ -97,7 +97,7 @@ def main():
 
     # 1. Synchronous data parallel.
     run_ours(a.hpctrain, f"{w}/ours_dp", cfg, [])
-    run_reference(f"{w}/ref_ddp", cfg, [], variant="ddp", ranks=2, port=29621,
+    run_reference(f"{w}/ref_ddp", cfg, [], variant="ddp", ranks=2,
                   extra=["--init", init, "--save-params", f"{w}/ref_ddp.h5"])
     ours, ref = step_lines(f"{w}/ours_dp/metrics.jsonl"), step_lines(f"{w}/ref_ddp/metrics.jsonl")
     c.check(len(ours) == STEPS and len(ref) == STEPS, f"both logged {STEPS} steps (ours {len(ours)}, ref {len(ref)})")
@@ -112,7 +112,7 @@ def main():
     # 2. Local SGD, N = 4, optimizer moments kept local (Accelerate's behaviour).
     lsgd = ["local_sgd.enabled=true", "local_sgd.steps=4", "local_sgd.optimizer_state=local", "local_sgd.warmup_steps=0"]
     run_ours(a.hpctrain, f"{w}/ours_lsgd", cfg, lsgd)
-    run_reference(f"{w}/ref_accel", cfg, [], variant="accel", ranks=2, port=29622,
+    run_reference(f"{w}/ref_accel", cfg, [], variant="accel", ranks=2,
                   extra=["--init", init, "--save-params", f"{w}/ref_accel.h5"])
     ours, ref = step_lines(f"{w}/ours_lsgd/metrics.jsonl"), step_lines(f"{w}/ref_accel/metrics.jsonl")
     rel_all = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(ours, ref))

@@ -78,7 +78,7 @@ def main(work):
     # Accelerate syncs every parameter tensor after steps 2 and 4 and again when its scope exits.
     for variant, calls, extra in (("pma", 3, []), ("accel", 3 * n_tensors, ["--recompute"])):
         out = f"{work}/{variant}{'_rc' if extra else ''}"
-        run_reference(out, cfg, [], variant=variant, ranks=2, extra=extra, port=29602)
+        run_reference(out, cfg, [], variant=variant, ranks=2, extra=extra)
         s = [read_jsonl(f"{out}/summary-rank{r}.json")[0] for r in range(2)]
         c.check(all(x["allreduce_calls"] == calls for x in s),
                 f"{variant}{' +recompute' if extra else ''}: {s[0]['allreduce_calls']} all-reduces (expected {calls})")

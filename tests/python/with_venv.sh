@@ -10,8 +10,8 @@ ready=1
 # The venv of setup-python.sh is complete only once its stamp exists (an interrupted setup leaves none).
 [ -n "${HPCTRAIN_PYTHON:-}" ] || [ -f "$cache/venv-torch-2.11.0/.complete" ] || ready=0
 if [ "$ready" = 0 ]; then
-  echo "SKIP: Python reference environment not found at $py; run ./scripts/setup-python.sh to enable the python tests"
-  exit 77
+  source "$(dirname "${BASH_SOURCE[0]}")/../support/skip.sh"
+  skip_suite "Python reference environment not found at $py; run ./scripts/setup-python.sh to enable the python tests"
 fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"

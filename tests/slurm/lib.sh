@@ -4,7 +4,9 @@
 set -uo pipefail
 
 : "${HT_SLURM_DIR:?}" "${HPCTRAIN:?}" "${HPCTRAIN_SOURCE_DIR:?}"
-if [ -f "$HT_SLURM_DIR.unavailable" ]; then echo "skipped: $(cat "$HT_SLURM_DIR.unavailable")"; exit 77; fi
+# shellcheck source=../support/skip.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/skip.sh"
+if [ -f "$HT_SLURM_DIR.unavailable" ]; then skip_suite "Slurm cluster unavailable: $(cat "$HT_SLURM_DIR.unavailable")"; fi
 export SLURM_CONF="$HT_SLURM_DIR/slurm.conf"
 export PATH="$PATH:/usr/sbin:/sbin"
 JOBS="$HPCTRAIN_SOURCE_DIR/jobs/slurm"

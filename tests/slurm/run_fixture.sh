@@ -1,10 +1,13 @@
 #!/bin/bash
 # ctest fixtures of the Slurm suite: start | prepare_data | stop.
 # Where a private cluster cannot run (not root, no slurm-wlm/munge), start records why in
-# $HT_SLURM_DIR.unavailable and passes; every test then skips (exit 77) naming the reason.
+# $HT_SLURM_DIR.unavailable; every test then skips (exit 77) naming the reason, or fails when
+# scripts/test.sh requires every suite (tests/support/skip.sh).
 set -uo pipefail
 : "${HT_SLURM_DIR:?}" "${HPCTRAIN:?}"
 here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=../support/skip.sh
+source "$here/../support/skip.sh"
 marker="$HT_SLURM_DIR.unavailable"
 export PATH="$PATH:/usr/sbin:/sbin"
 
@@ -16,11 +19,11 @@ start)
   for t in munged slurmctld slurmd sbatch h5diff; do
     command -v "$t" >/dev/null 2>&1 || why="${why:+$why; }'$t' not installed (run ./scripts/setup.sh)"
   done
-  if [ -n "$why" ]; then echo "$why" >"$marker"; echo "Slurm tests will be skipped: $why"; exit 0; fi
+  if [ -n "$why" ]; then echo "$why" >"$marker"; skip_suite "Slurm tests cannot run: $why"; fi
   exec "$here/slurm_cluster.sh" start
   ;;
 prepare_data)
-  [ -f "$marker" ] && { echo "skipped: $(cat "$marker")"; exit 77; }
+  [ -f "$marker" ] && skip_suite "Slurm cluster unavailable: $(cat "$marker")"
   mkdir -p "$HT_SLURM_DIR/data"
   src="$HT_SLURM_DIR/data/fortunes.txt"
   # Fixture text from Debian's fortunes (a few hundred KiB is plenty for a tiny model).

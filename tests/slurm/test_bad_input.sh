@@ -66,7 +66,7 @@ missing_ckpt)
   say "PASS"
   ;;
 data_one_node)
-  [ "$("$HPCTRAIN_SOURCE_DIR/tests/slurm/slurm_cluster.sh" ns)" = private ] || { say "SKIP: no node-local storage without namespaces"; exit 77; }
+  [ "$("$HPCTRAIN_SOURCE_DIR/tests/slurm/slurm_cluster.sh" ns)" = private ] || skip_suite "no node-local storage without namespaces"
   # The data file is staged on the first node's local scratch only; the second node cannot see it.
   first=$(timeout 10 sinfo -h -N -o %N | head -n 1); second=$(timeout 10 sinfo -h -N -o %N | sed -n 2p)
   cp "$DATA" "$HT_SLURM_DIR/nodes/$first/local/data.h5"

@@ -5,7 +5,7 @@
 source "$(dirname "$0")/lib.sh"
 new_workdir multinode
 if [ "$("$HPCTRAIN_SOURCE_DIR/tests/slurm/slurm_cluster.sh" ns)" != private ]; then
-  say "SKIP: without node namespaces both nodes share one hostname and OpenMPI cannot run across them"; exit 77
+  skip_suite "without node namespaces both nodes share one hostname and OpenMPI cannot run across them"
 fi
 SETS="train.max_steps=${MULTINODE_TEST_STEPS:-20}"
 env_for() { echo "ALL,HPCTRAIN=$HPCTRAIN,CONFIG=tiny.toml,RUN_DIR=$1,SETS=$SETS"; }

@@ -33,9 +33,11 @@ inline model::Gpt make_model(const model::GptOptions& o, uint64_t seed = 1234) {
   return m;
 }
 
+// A policy by its config name, parsed the way a config file is (an unknown name throws kUsage).
 inline config::RecomputeConfig policy(const std::string& name, int64_t k = 1, int64_t first_n = 0) {
-  config::RecomputeConfig c;
-  c.policy = name;
+  config::Config cfg;
+  config::apply_override(cfg, "recompute.policy=" + name);
+  config::RecomputeConfig c = cfg.recompute;
   c.k = k;
   c.first_n = first_n;
   return c;

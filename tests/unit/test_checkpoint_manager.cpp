@@ -77,6 +77,7 @@ Snapshot sample(int64_t seed) {
   s.reals["lr"] = 1.0 / 3.0;
   s.strings["config"] = std::string(100000, 'x') + "\n[model]\nn_layer = 2\n";  // over the 64 KiB attribute limit
   s.per_rank["rng/cpu"] = torch::randint(0, 255, {5056}, torch::kUInt8);
+  s.run_id = "test-run";
   return s;
 }
 
@@ -161,14 +162,30 @@ TEST_F(CheckpointManager, RotationKeepsNewestKAndLatestPointsToNewest) {
   EXPECT_EQ(latest->ints.at("step"), 10);
 }
 
-TEST_F(CheckpointManager, NeverDeletesTheFileJustWrittenEvenWithAnOlderStep) {
+// Rotation deletes only earlier files of its own run: another run's files (a fresh run in an old
+// directory) and files with a higher step of its own run (left behind when it resumed from an
+// earlier checkpoint, e.g. after falling back from a damaged one) stay.
+TEST_F(CheckpointManager, RotationDeletesOnlyEarlierFilesOfItsOwnRun) {
   Manager m(dir_, 2, *comm_);
-  m.save(sample(20), 20);
-  m.save(sample(30), 30);
-  m.save(sample(5), 5);  // a fresh run in an old directory
+  auto of_run = [](int64_t step, const std::string& run) {
+    Snapshot s = sample(step);
+    s.run_id = run;
+    return s;
+  };
+  m.save(of_run(20, "old"), 20);
+  m.save(of_run(30, "old"), 30);
+  m.save(of_run(5, "new"), 5);  // a fresh run in an old directory
   EXPECT_TRUE(exists(dir_ + "/ckpt-00000005.h5"));
   EXPECT_EQ(slurp(dir_ + "/latest"), "ckpt-00000005.h5\n");
-  EXPECT_EQ(ht::checkpoint::list_checkpoints(dir_).size(), 2u);
+  m.save(of_run(6, "new"), 6);
+  m.save(of_run(7, "new"), 7);
+  EXPECT_FALSE(exists(dir_ + "/ckpt-00000005.h5"));  // the new run's own oldest file rotated out
+  for (const char* f : {"ckpt-00000006.h5", "ckpt-00000007.h5", "ckpt-00000020.h5", "ckpt-00000030.h5"})
+    EXPECT_TRUE(exists(dir_ + "/" + f)) << f;
+  m.save(of_run(8, "old"), 8);  // the old run resumed from an earlier step: 20 and 30 are above it
+  EXPECT_TRUE(exists(dir_ + "/ckpt-00000020.h5"));
+  EXPECT_TRUE(exists(dir_ + "/ckpt-00000030.h5"));
+  EXPECT_EQ(slurp(dir_ + "/latest"), "ckpt-00000008.h5\n");
 }
 
 TEST_F(CheckpointManager, MissingDirectoryMeansNoCheckpoint) {
@@ -340,10 +357,15 @@ TEST_F(CheckpointManager, CompatibilityCheckNamesTheFirstMismatchingParameter) {
   f.tensors["model/a.weight"] = torch::zeros({2, 3});
   f.tensors["model/b.weight"] = torch::zeros({4});
   std::map<std::string, torch::Tensor> model{{"a.weight", torch::zeros({2, 3})}, {"b.weight", torch::zeros({4})}};
-  EXPECT_NO_THROW(ht::checkpoint::check_compatible(f, model));
+  auto want = [&] {
+    ht::checkpoint::Expectation e;
+    e.params = model;
+    return e;
+  };
+  EXPECT_NO_THROW(ht::checkpoint::check_compatible(f, want()));
   model["b.weight"] = torch::zeros({5});
   try {
-    ht::checkpoint::check_compatible(f, model);
+    ht::checkpoint::check_compatible(f, want());
     FAIL();
   } catch (const ht::Error& e) {
     EXPECT_NE(std::string(e.what()).find("'b.weight' has shape [4] in the checkpoint but [5]"), std::string::npos)
@@ -353,7 +375,7 @@ TEST_F(CheckpointManager, CompatibilityCheckNamesTheFirstMismatchingParameter) {
   model["c.bias"] = torch::zeros({1});
   model["b.weight"] = torch::zeros({4});
   try {
-    ht::checkpoint::check_compatible(f, model);
+    ht::checkpoint::check_compatible(f, want());
     FAIL();
   } catch (const ht::Error& e) {
     EXPECT_NE(std::string(e.what()).find("no parameter 'c.bias'"), std::string::npos) << e.what();

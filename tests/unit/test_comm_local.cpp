@@ -96,18 +96,6 @@ TEST(CommLocal, BucketCountFollowsBucketMb) {
   EXPECT_EQ(four.num_buckets(), 4u);
 }
 
-TEST(CommLocal, ExchangeDtypeParsing) {
-  EXPECT_EQ(ht::comm::parse_exchange_dtype("bf16"), ht::comm::ExchangeDType::kBF16);
-  EXPECT_EQ(ht::comm::parse_exchange_dtype("fp16"), ht::comm::ExchangeDType::kF16);
-  EXPECT_EQ(ht::comm::parse_exchange_dtype("fp32"), ht::comm::ExchangeDType::kF32);
-  try {
-    ht::comm::parse_exchange_dtype("fp8");
-    FAIL();
-  } catch (const ht::Error& e) {
-    EXPECT_EQ(e.code(), ht::ExitCode::kUsage);
-  }
-}
-
 TEST(CommLocal, ChecksumDependsOnValuesAndOrder) {
   auto a = sample();
   auto b = sample();

@@ -26,3 +26,20 @@ TEST(ConfigDocs, EveryKeyIsDocumented) {
   }
   EXPECT_GT(n, 50);
 }
+
+// The tables of docs/config.md are the key table's own rendering (`hpctrain train
+// --help-config-markdown`): a changed default, type or meaning must reach the docs too.
+TEST(ConfigDocs, TablesAreGeneratedFromTheKeyTable) {
+  const char* src = std::getenv("HPCTRAIN_SOURCE_DIR");
+  ASSERT_NE(src, nullptr) << "HPCTRAIN_SOURCE_DIR is set by ctest";
+  std::ifstream in(std::string(src) + "/docs/config.md");
+  std::stringstream doc;
+  doc << in.rdbuf();
+  std::istringstream rows(ht::config::describe_keys_markdown());
+  std::string line;
+  while (std::getline(rows, line)) {
+    if (line.rfind("| `", 0) != 0) continue;
+    EXPECT_NE(doc.str().find(line + "\n"), std::string::npos)
+        << "docs/config.md lacks this row (regenerate with `hpctrain train --help-config-markdown`):\n" << line;
+  }
+}

@@ -27,7 +27,18 @@ TEST(Config, OverridesApply) {
   EXPECT_EQ(c.model.n_layer, 6);
   EXPECT_DOUBLE_EQ(c.train.lr, 0.001);
   EXPECT_TRUE(c.local_sgd.enabled);
-  EXPECT_EQ(c.train.device, "cpu");
+  EXPECT_EQ(c.train.device, ht::config::Device::kCpu);
+}
+
+TEST(Config, EnumValuesAreParsedOnce) {
+  auto c = ht::config::load("", {"local_sgd.comm_dtype=bf16", "local_sgd.outer=diloco", "recompute.policy=every_k",
+                                 "model.task=classification", "log.level=debug"});
+  EXPECT_EQ(c.local_sgd.comm_dtype, ht::config::ExchangeDtype::kBf16);
+  EXPECT_EQ(c.local_sgd.outer, ht::config::OuterOptimizer::kDiloco);
+  EXPECT_EQ(c.recompute.policy, ht::config::RecomputePolicy::kEveryK);
+  EXPECT_EQ(c.model.task, ht::config::Task::kClassification);
+  EXPECT_EQ(c.log.level, ht::log::Level::kDebug);
+  EXPECT_EQ(ht::config::choices<ht::config::ExchangeDtype>(), "fp32 | bf16 | fp16");
 }
 
 TEST(Config, RejectsEachBadValueNamingTheKey) {
@@ -42,6 +53,7 @@ TEST(Config, RejectsEachBadValueNamingTheKey) {
       {"local_sgd.steps=0", "local_sgd.steps"},
       {"checkpoint.keep=1", "checkpoint.keep"},
       {"eval.strategy=weekly", "eval.strategy"},
+      {"local_sgd.comm_dtype=fp8", "local_sgd.comm_dtype"},
       {"model.n_layer=abc", "model.n_layer"},
       {"model.no_such_key=1", "model.no_such_key"},
   };

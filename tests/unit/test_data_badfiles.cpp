@@ -38,17 +38,16 @@ void expect_data_error(F&& f, const std::vector<std::string>& needles) {
   }
 }
 
-LoaderOptions lm_options(const std::string& path) {
+LoaderOptions lm_options() {
   LoaderOptions o;
-  o.path = path;
   o.seq_len = 8;
   o.micro_batch = 4;
   return o;
 }
 
-// Reads every micro-batch of one epoch.
-void read_epoch(const LoaderOptions& o, ht::comm::Communicator& comm) {
-  Loader l(o, comm);
+// Reads every micro-batch of one epoch of the file at path.
+void read_epoch(const std::string& path, const LoaderOptions& o, ht::comm::Communicator& comm) {
+  Loader l(Dataset::open(path), o, comm);
   for (int64_t i = 0; i < l.steps_per_epoch() * o.grad_accum; ++i) l.next();
 }
 
@@ -69,7 +68,7 @@ TEST(DataBadFile, Truncated) {
   struct stat st {};
   ::stat(p.c_str(), &st);
   ASSERT_EQ(::truncate(p.c_str(), st.st_size / 2), 0);
-  expect_data_error([&] { read_epoch(lm_options(p), *std::make_unique<FakeComm>(0, 1)); }, {p});
+  expect_data_error([&] { read_epoch(p, lm_options(), *std::make_unique<FakeComm>(0, 1)); }, {p});
 }
 
 TEST(DataBadFile, NotADataset) {
@@ -109,13 +108,13 @@ TEST(DataBadFile, ZeroTokens) {
 
 TEST(DataBadFile, FewerSamplesThanRanks) {
   const std::string p = fresh_lm("few.h5", 17);  // (17 - 1) / 8 = 2 samples
-  auto o = lm_options(p);
+  auto o = lm_options();
   o.micro_batch = 1;
   FakeComm r0(0, 3);
-  expect_data_error([&] { Loader l(o, r0); }, {p, "fewer samples than the 3 ranks"});
+  expect_data_error([&] { Loader l(Dataset::open(p), o, r0); }, {p, "fewer samples than the 3 ranks"});
   FakeComm solo(0, 1);
   o.micro_batch = 4;
-  expect_data_error([&] { Loader l(o, solo); }, {p, "fewer samples than one global batch of 4"});
+  expect_data_error([&] { Loader l(Dataset::open(p), o, solo); }, {p, "fewer samples than one global batch of 4"});
 }
 
 TEST(DataBadFile, TokenIdAboveVocabIsFoundInTheDataRead) {
@@ -126,18 +125,18 @@ TEST(DataBadFile, TokenIdAboveVocabIsFoundInTheDataRead) {
   fixtures::replace_dataset(p, "/train/tokens", tokens);
   read_meta(p);  // the header is fine: the fault is in the data
   FakeComm comm(0, 1);
-  expect_data_error([&] { read_epoch(lm_options(p), comm); }, {p, "/train/tokens", "token id 300 >= vocab_size 258"});
-  auto sync = lm_options(p);
+  expect_data_error([&] { read_epoch(p, lm_options(), comm); }, {p, "/train/tokens", "token id 300 >= vocab_size 258"});
+  auto sync = lm_options();
   sync.prefetch = 0;
-  expect_data_error([&] { read_epoch(sync, comm); }, {"token id 300"});
+  expect_data_error([&] { read_epoch(p, sync, comm); }, {"token id 300"});
 }
 
 TEST(DataBadFile, ModelVocabSmallerThanFile) {
   const std::string p = fresh_lm("model_vocab.h5");
-  auto o = lm_options(p);
+  auto o = lm_options();
   o.model_vocab_size = 100;
   FakeComm comm(0, 1);
-  expect_data_error([&] { Loader l(o, comm); }, {p, "exceeds the model's vocab_size 100"});
+  expect_data_error([&] { Loader l(Dataset::open(p), o, comm); }, {p, "exceeds the model's vocab_size 100"});
 }
 
 TEST(DataBadFile, LabelOutsideLabelNames) {
@@ -148,10 +147,9 @@ TEST(DataBadFile, LabelOutsideLabelNames) {
   fixtures::replace_dataset(p, "/train/labels", labels);
   FakeComm comm(0, 1);
   LoaderOptions o;
-  o.path = p;
   o.micro_batch = 5;
-  expect_data_error([&] { read_epoch(o, comm); }, {p, "/train/labels", "label 3 in row 13", "outside label_names"});
-  expect_data_error([&] { describe(p); }, {p, "/train/labels", "outside label_names"});
+  expect_data_error([&] { read_epoch(p, o, comm); }, {p, "/train/labels", "label 3 in row 13", "outside label_names"});
+  expect_data_error([&] { describe(*Dataset::open(p)); }, {p, "/train/labels", "outside label_names"});
 }
 
 TEST(DataBadFile, ChecksumMismatchInAChunk) {
@@ -166,14 +164,14 @@ TEST(DataBadFile, ChecksumMismatchInAChunk) {
   }
   read_meta(p);
   FakeComm comm(0, 1);
-  expect_data_error([&] { read_epoch(lm_options(p), comm); },
+  expect_data_error([&] { read_epoch(p, lm_options(), comm); },
                     {"checksum mismatch in " + p + ":/train/tokens rows 960..1023"});
-  expect_data_error([&] { describe(p); }, {"checksum mismatch", "rows 960..1023"});
+  expect_data_error([&] { describe(*Dataset::open(p)); }, {"checksum mismatch", "rows 960..1023"});
 }
 
 TEST(DataBadFile, Fletcher32MatchesHdf5OnIntactFiles) {
   const std::string p = fresh_lm("intact.h5", 5000);
-  EXPECT_NE(describe(p).find("checksums ok"), std::string::npos);
+  EXPECT_NE(describe(*Dataset::open(p)).find("checksums ok"), std::string::npos);
   uint8_t bytes[5] = {1, 2, 3, 4, 5};
   // words 0x0102, 0x0304: sum1 = 0x0406, sum2 = 0x0102 + 0x0406 = 0x0508
   EXPECT_EQ(fletcher32(bytes, 4), 0x05080406u);

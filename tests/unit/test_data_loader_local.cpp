@@ -30,7 +30,6 @@ std::string lm_file() {
 
 LoaderOptions options(int64_t micro, int64_t accum, int64_t prefetch = 3) {
   LoaderOptions o;
-  o.path = lm_file();
   o.seq_len = kSeqLen;
   o.micro_batch = micro;
   o.grad_accum = accum;
@@ -50,7 +49,7 @@ std::vector<std::vector<int64_t>> global_batches(int world, int64_t micro, int64
   std::vector<std::unique_ptr<Loader>> loaders;
   for (int r = 0; r < world; ++r) {
     comms.push_back(std::make_unique<FakeComm>(r, world));
-    loaders.push_back(std::make_unique<Loader>(options(micro, accum), *comms.back()));
+    loaders.push_back(std::make_unique<Loader>(Dataset::open(lm_file()), options(micro, accum), *comms.back()));
   }
   std::vector<std::vector<int64_t>> out;
   for (int64_t s = 0; s < steps; ++s) {
@@ -70,7 +69,7 @@ std::vector<std::vector<int64_t>> global_batches(int world, int64_t micro, int64
 
 TEST(DataLoader, ContentMatchesTheFile) {
   FakeComm comm(0, 1);
-  Loader loader(options(4, 1), comm);
+  Loader loader(Dataset::open(lm_file()), options(4, 1), comm);
   for (int k = 0; k < 5; ++k) {
     Batch b = loader.next();
     ASSERT_EQ(b.input.sizes(), (std::vector<int64_t>{4, kSeqLen}));
@@ -115,14 +114,14 @@ TEST(DataLoader, EpochsReshuffleAndShuffleOffIsIdentity) {
   FakeComm comm(0, 1);
   auto o = options(25, 1);
   o.shuffle = false;
-  Loader ordered(o, comm);
+  Loader ordered(Dataset::open(lm_file()), o, comm);
   EXPECT_EQ(ordered.steps_per_epoch(), 5);
   for (int64_t s = 0; s < 5; ++s) {
     auto ids = ids_of(ordered.next());
     for (int64_t i = 0; i < 25; ++i) EXPECT_EQ(ids[i], s * 25 + i);
   }
   EXPECT_EQ(ordered.epoch(), 1);
-  Loader shuffled(options(125, 1), comm);
+  Loader shuffled(Dataset::open(lm_file()), options(125, 1), comm);
   auto e0 = ids_of(shuffled.next());
   auto e1 = ids_of(shuffled.next());
   EXPECT_NE(e0, e1);
@@ -134,7 +133,7 @@ TEST(DataLoader, EpochsReshuffleAndShuffleOffIsIdentity) {
 TEST(DataLoader, RestoreContinuesTheExactSequence) {
   FakeComm comm(0, 1);
   for (int64_t stop_after : {0, 3, 4, 7, 19, 41}) {  // mid-step, step boundary, across epochs
-    Loader a(options(4, 2), comm);  // G = 8, 15 steps per epoch, 30 micro-batches per epoch
+    Loader a(Dataset::open(lm_file()), options(4, 2), comm);  // G = 8, 15 steps per epoch, 30 micro-batches per epoch
     for (int64_t i = 0; i < stop_after; ++i) a.next();
     const LoaderState st = a.state();
     EXPECT_EQ(st.seed, 7);
@@ -142,7 +141,7 @@ TEST(DataLoader, RestoreContinuesTheExactSequence) {
     for (int i = 0; i < 25; ++i) expected.push_back(ids_of(a.next()));
     auto o = options(4, 2);
     o.seed = 999;  // the state's seed wins
-    Loader b(o, comm);
+    Loader b(Dataset::open(lm_file()), o, comm);
     b.next();  // some other position first
     b.restore(st);
     for (int i = 0; i < 25; ++i) EXPECT_EQ(ids_of(b.next()), expected[i]) << "after " << stop_after << " + " << i;
@@ -151,7 +150,7 @@ TEST(DataLoader, RestoreContinuesTheExactSequence) {
 
 TEST(DataLoader, RestoreOnAnotherRankCountAtAStepBoundary) {
   FakeComm solo(0, 1);
-  Loader a(options(6, 2), solo);  // G = 12
+  Loader a(Dataset::open(lm_file()), options(6, 2), solo);  // G = 12
   for (int i = 0; i < 6; ++i) a.next();  // 3 steps
   const LoaderState st = a.state();
   EXPECT_EQ(st.samples_consumed, 36);
@@ -162,7 +161,7 @@ TEST(DataLoader, RestoreOnAnotherRankCountAtAStepBoundary) {
   }
   std::sort(expected.begin(), expected.end());
   FakeComm r0(0, 2), r1(1, 2);
-  Loader b0(options(3, 2), r0), b1(options(3, 2), r1);
+  Loader b0(Dataset::open(lm_file()), options(3, 2), r0), b1(Dataset::open(lm_file()), options(3, 2), r1);
   b0.restore(st);
   b1.restore(st);
   std::vector<int64_t> got;
@@ -180,7 +179,7 @@ TEST(DataLoader, RestoreOnAnotherRankCountAtAStepBoundary) {
 
 TEST(DataLoader, SynchronousModeMatchesPrefetch) {
   FakeComm comm(0, 1);
-  Loader a(options(5, 1, 0), comm), b(options(5, 1, 8), comm);
+  Loader a(Dataset::open(lm_file()), options(5, 1, 0), comm), b(Dataset::open(lm_file()), options(5, 1, 8), comm);
   for (int i = 0; i < 40; ++i) EXPECT_EQ(ids_of(a.next()), ids_of(b.next()));
 }
 
@@ -188,10 +187,10 @@ TEST(DataLoader, ClassificationRowsLabelsAndMask) {
   const std::string path = fixtures::make_temp_dir() + "/cls.h5";
   fixtures::write_cls(path, 30, 6, 10, 3);
   FakeComm comm(0, 1);
+  const auto data = Dataset::open(path);
   LoaderOptions o;
-  o.path = path;
   o.micro_batch = 5;
-  Loader loader(o, comm);
+  Loader loader(data, o, comm);
   EXPECT_EQ(loader.meta().label_names.size(), 3u);
   EXPECT_EQ(loader.samples_per_epoch(), 30);
   for (int k = 0; k < 6; ++k) {
@@ -208,10 +207,10 @@ TEST(DataLoader, ClassificationRowsLabelsAndMask) {
     }
   }
   o.seq_len = 4;  // narrower than the file: the first 4 columns
-  Loader narrow(o, comm);
+  Loader narrow(data, o, comm);
   EXPECT_EQ(narrow.next().input.size(1), 4);
   o.seq_len = 11;
-  EXPECT_THROW(Loader(o, comm), ht::Error);
+  EXPECT_THROW(Loader(data, o, comm), ht::Error);
 }
 
 TEST(DataLoader, EvalReaderShardsCoverTheSplitInOrder) {
@@ -221,7 +220,7 @@ TEST(DataLoader, EvalReaderShardsCoverTheSplitInOrder) {
     all.clear();
     for (int r = 0; r < world; ++r) {
       FakeComm comm(r, world);
-      EvalReader eval(lm_file(), "val", kSeqLen, 4, comm);
+      EvalReader eval(Dataset::open(lm_file()), "val", kSeqLen, 4, comm);
       Batch b;
       while (eval.next(b)) {
         auto ids = ids_of(b);

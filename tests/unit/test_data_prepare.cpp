@@ -41,10 +41,9 @@ std::string corpus_dir() {
 }
 
 std::vector<int64_t> read_all(const std::string& path, const std::string& name) {
-  ht::io::File f = ht::io::File::open_read(path);
-  ChunkReader r(f.id(), path, name);
-  std::vector<int64_t> out(static_cast<size_t>(r.rows() * r.row_elems()));
-  r.read_rows(0, r.rows(), r.row_elems(), out.data());
+  auto r = Dataset::open(path)->reader(name, size_t{64} << 20);
+  std::vector<int64_t> out(static_cast<size_t>(r->rows() * r->row_elems()));
+  r->read_rows(0, r->rows(), r->row_elems(), out.data());
   return out;
 }
 
@@ -113,7 +112,7 @@ TEST(DataPrepare, ByteLmRoundTripThroughTheFile) {
   o.val_fraction = 0.1;
   const PrepareSummary s = prepare(o);
   const DatasetMeta m = read_meta(o.output);
-  EXPECT_EQ(m.task, "causal-lm");
+  EXPECT_EQ(m.task, ht::config::Task::kCausalLm);
   EXPECT_EQ(m.vocab_size, 258);
   EXPECT_EQ(m.num_train_tokens, s.train_tokens);
   EXPECT_GT(s.val_docs, 0);
@@ -141,11 +140,11 @@ TEST(DataPrepare, BpeRoundTripAndStoredMerges) {
   PrepareOptions o;
   o.inputs = {kFortunes + "/fortunes"};
   o.output = fixtures::make_temp_dir() + "/bpe.h5";
-  o.tokenizer = "bpe";
+  o.tokenizer = TokenizerKind::kBpe;
   o.vocab_size = 500;
   prepare(o);
   const DatasetMeta m = read_meta(o.output);
-  EXPECT_EQ(m.tokenizer, "bpe");
+  EXPECT_EQ(m.tokenizer, TokenizerKind::kBpe);
   EXPECT_EQ(m.vocab_size, 500);
   const Tokenizer tok = Tokenizer::load(o.output);
   EXPECT_EQ(tok.vocab_size(), 500);
@@ -156,7 +155,7 @@ TEST(DataPrepare, BpeRoundTripAndStoredMerges) {
   std::sort(docs.begin(), docs.end());
   std::sort(expected.begin(), expected.end());
   EXPECT_EQ(docs, expected);
-  EXPECT_NE(describe(o.output).find("/tokenizer/merges"), std::string::npos);
+  EXPECT_NE(describe(*Dataset::open(o.output)).find("/tokenizer/merges"), std::string::npos);
 }
 
 TEST(DataPrepare, ClassificationFromLabelDirectories) {
@@ -167,7 +166,7 @@ TEST(DataPrepare, ClassificationFromLabelDirectories) {
   o.seq_len = 64;
   const PrepareSummary s = prepare(o);
   const DatasetMeta m = read_meta(o.output);
-  EXPECT_EQ(m.task, "classification");
+  EXPECT_EQ(m.task, ht::config::Task::kClassification);
   EXPECT_EQ(m.label_names, (std::vector<std::string>{"de", "en"}));
   EXPECT_EQ(m.seq_len, 64);
   EXPECT_EQ(m.num_train_rows + m.num_val_rows, s.train_docs + s.val_docs);
@@ -175,7 +174,7 @@ TEST(DataPrepare, ClassificationFromLabelDirectories) {
   EXPECT_EQ(std::count(labels.begin(), labels.end(), 0) + std::count(labels.begin(), labels.end(), 1),
             static_cast<long>(labels.size()));
   EXPECT_GT(std::count(labels.begin(), labels.end(), 1), 0);
-  EXPECT_NE(describe(o.output).find("labels: de en"), std::string::npos);
+  EXPECT_NE(describe(*Dataset::open(o.output)).find("labels: de en"), std::string::npos);
 }
 
 TEST(DataPrepare, DeterministicAndValidatesOptions) {

@@ -123,13 +123,19 @@ TEST(RecomputeValidation, BadPolicyAndKAreUsageErrors) {
   auto expect_usage = [](const config::RecomputeConfig& c, const char* needle) {
     try {
       plan(c, 4);
-      FAIL() << "expected ht::Error for " << c.policy;
+      FAIL() << "expected ht::Error for " << config::name_of(c.policy);
     } catch (const ht::Error& e) {
       EXPECT_EQ(e.code(), ExitCode::kUsage);
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  expect_usage(policy("sometimes"), "recompute.policy");
+  try {
+    policy("sometimes");
+    FAIL() << "expected ht::Error for an unknown policy";
+  } catch (const ht::Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kUsage);
+    EXPECT_NE(std::string(e.what()).find("recompute.policy"), std::string::npos) << e.what();
+  }
   expect_usage(policy("every_k", 0), "recompute.k");
   expect_usage(policy("every_k", 5), "recompute.k");
   expect_usage(policy("every_k", 1, 5), "recompute.first_n");

@@ -29,7 +29,7 @@ TEST(RecomputeTrain, FiftyStepLossCurveIsBitwiseIdentical) {
   for (const auto& cfg : {policy("full"), policy("every_k", 2), policy("every_k", 1, 1), policy("selective")}) {
     const auto got = loss_curve(cfg, 50);
     ASSERT_EQ(got.size(), ref.size());
-    for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(got[i], ref[i]) << cfg.policy << " step " << i;
+    for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(got[i], ref[i]) << config::name_of(cfg.policy) << " step " << i;
   }
   EXPECT_EQ(live_saved_states(), 0);
 }

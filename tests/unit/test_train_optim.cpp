@@ -95,18 +95,18 @@ TEST(Optim, ScheduleWarmupThenCosineToMin) {
   tc.lr = 1.0;
   tc.min_lr = 0.1;
   tc.warmup_steps = 10;
-  tc.lr_schedule = "cosine";
+  tc.lr_schedule = ht::config::LrScheduleKind::kCosine;
   ht::train::LrSchedule s(tc, 110);
   EXPECT_DOUBLE_EQ(s.lr_at(0), 0.1);
   EXPECT_DOUBLE_EQ(s.lr_at(9), 1.0);
   EXPECT_DOUBLE_EQ(s.lr_at(10), 1.0);
   EXPECT_NEAR(s.lr_at(60), 0.55, 1e-12);
   EXPECT_NEAR(s.lr_at(110), 0.1, 1e-12);
-  tc.lr_schedule = "linear";
+  tc.lr_schedule = ht::config::LrScheduleKind::kLinear;
   ht::train::LrSchedule lin(tc, 110);
   EXPECT_NEAR(lin.lr_at(60), 0.55, 1e-12);
   EXPECT_NEAR(lin.lr_at(35), 1.0 - 0.9 * 0.25, 1e-12);
-  tc.lr_schedule = "constant";
+  tc.lr_schedule = ht::config::LrScheduleKind::kConstant;
   EXPECT_DOUBLE_EQ(ht::train::LrSchedule(tc, 110).lr_at(100), 1.0);
 }
 

@@ -1,0 +1,34 @@
+#include "comm/agree.h"
+
+#include <fmt/format.h>
+
+namespace ht::comm {
+
+std::string Disagreement::list(bool with_values) const {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (!out.empty()) out += ", ";
+    out += with_values ? fmt::format("rank {} ({:016x})", ranks[i], their_values[i]) : std::to_string(ranks[i]);
+  }
+  return out;
+}
+
+Disagreement compare_with_root(Communicator& comm, uint64_t value) {
+  std::vector<uint64_t> all(static_cast<size_t>(comm.size()));
+  comm.allgather(&value, all.data(), sizeof(value));
+  Disagreement d;
+  d.root_value = all[0];
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    d.ranks.push_back(static_cast<int>(r));
+    d.their_values.push_back(all[r]);
+  }
+  return d;
+}
+
+void require_agreement(Communicator& comm, uint64_t value, ExitCode code, const std::string& what) {
+  const Disagreement d = compare_with_root(comm, value);
+  HT_REQUIRE(d.ranks.empty(), code, "{}: rank 0 has {:016x}, differing: {}", what, d.root_value, d.list(true));
+}
+
+}  // namespace ht::comm

@@ -1,0 +1,30 @@
+// Agreement across ranks on one 64-bit value (a hash of shapes and settings, a parameter
+// checksum): which ranks differ from rank 0, reported identically on every rank so that all of
+// them take the same branch, and the checks built on it.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/error.h"
+#include "core/hash.h"
+
+namespace ht::comm {
+
+struct Disagreement {
+  uint64_t root_value = 0;
+  std::vector<int> ranks;             // ranks whose value differs from rank 0's (empty: all agree)
+  std::vector<uint64_t> their_values; // the value of each of those ranks
+  // "1, 3" or, with values, "rank 1 (00ab...), rank 3 (...)".
+  std::string list(bool with_values) const;
+};
+
+// Collective (allgather of one value per rank); the same result on every rank.
+Disagreement compare_with_root(Communicator& comm, uint64_t value);
+
+// Collective: throws ht::Error(code) on every rank when any rank's value differs from rank 0's.
+// The message is `what` followed by the differing ranks and their values.
+void require_agreement(Communicator& comm, uint64_t value, ExitCode code, const std::string& what);
+
+}  // namespace ht::comm

@@ -1,0 +1,119 @@
+// validate(): the range of every key and the cross-key constraints that need no dataset, including
+// a memory bound: a model whose parameters and optimizer state cannot fit this machine is refused
+// here, naming the keys, instead of failing deep inside the allocator.
+#include <unistd.h>
+
+#include <cmath>
+
+#include "config/config.h"
+#include "core/error.h"
+
+namespace ht::config {
+namespace {
+
+[[noreturn]] void bad(const std::string& name, const std::string& why) {
+  HT_FAIL(ExitCode::kUsage, "config key '{}': {}", name, why);
+}
+
+double physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+// fp32 parameters, gradients and the two AdamW moments: 16 bytes per parameter. Computed in
+// double so that absurd sizes cannot overflow before they are compared.
+void check_fits_in_memory(const Config& c) {
+  const double mem = physical_memory_bytes();
+  if (mem <= 0) return;
+  const double d = static_cast<double>(c.model.d_model), L = static_cast<double>(c.model.n_layer);
+  const double positions = static_cast<double>(c.model.max_seq_len > 0 ? c.model.max_seq_len : c.model.seq_len);
+  const double embeddings = (static_cast<double>(c.model.vocab_size) + positions) * d;
+  const double blocks = L * (12.0 * d * d + 13.0 * d);
+  const double state_bytes = 16.0 * (embeddings + blocks);
+  // The least a micro-step must hold even with every block recomputed: one block input per block,
+  // the logits and their gradient. A lower bound, so nothing that could run is refused.
+  const double tokens = static_cast<double>(c.train.micro_batch_size) * static_cast<double>(c.model.seq_len);
+  const double act_bytes = tokens * (L * d * 4.0 + 8.0 * static_cast<double>(c.model.vocab_size));
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  if (state_bytes > mem) {
+    const char* key = embeddings > blocks ? (c.model.vocab_size * d > positions * d ? "model.vocab_size"
+                                                                                      : "model.max_seq_len")
+                                          : (d * d > L ? "model.d_model" : "model.n_layer");
+    bad(key, fmt::format("the model would need {:.1f} GiB for parameters, gradients and AdamW state "
+                         "(model.d_model = {}, model.n_layer = {}, model.vocab_size = {}, position table {}), "
+                         "more than this machine's {:.1f} GiB of memory",
+                         state_bytes / gib, c.model.d_model, c.model.n_layer, c.model.vocab_size,
+                         static_cast<int64_t>(positions), mem / gib));
+  }
+  if (act_bytes > mem)
+    bad("train.micro_batch_size",
+        fmt::format("{} samples of model.seq_len = {} would need at least {:.1f} GiB of activations per micro-step, "
+                    "more "
+                    "than this machine's {:.1f} GiB of memory",
+                    c.train.micro_batch_size, c.model.seq_len, act_bytes / gib, mem / gib));
+}
+
+}  // namespace
+
+void validate(const Config& c) {
+  if (c.model.n_layer < 1) bad("model.n_layer", "must be >= 1");
+  if (c.model.n_head < 1) bad("model.n_head", "must be >= 1");
+  if (c.model.d_model < 1) bad("model.d_model", "must be >= 1");
+  if (c.model.d_model % c.model.n_head != 0)
+    bad("model.n_head", fmt::format("{} heads do not divide model.d_model = {}", c.model.n_head, c.model.d_model));
+  if (c.model.seq_len < 1) bad("model.seq_len", "must be >= 1");
+  if (c.model.max_seq_len < 0) bad("model.max_seq_len", "must be >= 0");
+  if (c.model.max_seq_len != 0 && c.model.seq_len > c.model.max_seq_len)
+    bad("model.seq_len", fmt::format("{} exceeds model.max_seq_len = {}", c.model.seq_len, c.model.max_seq_len));
+  if (c.model.vocab_size < 0) bad("model.vocab_size", "must be >= 0");
+  if (c.model.vocab_size > (int64_t{1} << 32))
+    bad("model.vocab_size", "must be at most 2^32 (token ids are stored as uint32)");
+  if (c.model.num_labels < 0) bad("model.num_labels", "must be >= 0");
+  if (!(c.model.dropout >= 0.0 && c.model.dropout < 1.0)) bad("model.dropout", "must be in [0, 1)");
+  if (c.data.prefetch_batches < 1) bad("data.prefetch_batches", "must be >= 1");
+  if (c.train.output_dir.empty()) bad("train.output_dir", "must not be empty");
+  if (c.train.micro_batch_size < 1) bad("train.micro_batch_size", "must be >= 1");
+  if (c.train.grad_accum_steps < 1) bad("train.grad_accum_steps", "must be >= 1");
+  if (c.train.max_steps < 0) bad("train.max_steps", "must be >= 0");
+  if (c.train.max_steps == 0 && c.train.epochs < 1) bad("train.epochs", "must be >= 1 when train.max_steps = 0");
+  if (!(c.train.lr > 0 && std::isfinite(c.train.lr))) bad("train.lr", "must be a positive number");
+  if (c.train.min_lr < 0 || c.train.min_lr > c.train.lr) bad("train.min_lr", "must be in [0, train.lr]");
+  if (c.train.warmup_steps < 0) bad("train.warmup_steps", "must be >= 0");
+  if (!(c.train.weight_decay >= 0)) bad("train.weight_decay", "must be >= 0");
+  if (!(c.train.beta1 >= 0 && c.train.beta1 < 1)) bad("train.beta1", "must be in [0, 1)");
+  if (!(c.train.beta2 >= 0 && c.train.beta2 < 1)) bad("train.beta2", "must be in [0, 1)");
+  if (!(c.train.eps > 0)) bad("train.eps", "must be > 0");
+  if (!(c.train.grad_clip >= 0)) bad("train.grad_clip", "must be >= 0");
+  if (c.train.threads < 0) bad("train.threads", "must be >= 0");
+  if (!(c.train.peak_flops >= 0)) bad("train.peak_flops", "must be >= 0");
+  if (c.eval.strategy == EvalStrategy::kSteps && c.eval.every_steps < 1)
+    bad("eval.every_steps", "must be >= 1 when eval.strategy = steps");
+  if (c.eval.every_steps < 0) bad("eval.every_steps", "must be >= 0");
+  if (c.eval.batch_size < 1) bad("eval.batch_size", "must be >= 1");
+  if (c.eval.max_batches < 0) bad("eval.max_batches", "must be >= 0");
+  if (c.recompute.policy == RecomputePolicy::kEveryK) {
+    if (c.recompute.first_n < 0 || c.recompute.first_n > c.model.n_layer)
+      bad("recompute.first_n", fmt::format("must be in [0, model.n_layer = {}]", c.model.n_layer));
+    if (c.recompute.first_n == 0 && (c.recompute.k < 1 || c.recompute.k > c.model.n_layer))
+      bad("recompute.k", fmt::format("must be in [1, model.n_layer = {}]", c.model.n_layer));
+  }
+  if (c.local_sgd.steps < 1) bad("local_sgd.steps", "must be >= 1");
+  if (c.local_sgd.warmup_steps < 0) bad("local_sgd.warmup_steps", "must be >= 0");
+  if (c.local_sgd.enabled && c.train.max_steps > 0 && c.local_sgd.warmup_steps >= c.train.max_steps)
+    bad("local_sgd.warmup_steps",
+        fmt::format("{} is not shorter than train.max_steps = {}", c.local_sgd.warmup_steps, c.train.max_steps));
+  if (!(c.local_sgd.outer_lr > 0)) bad("local_sgd.outer_lr", "must be > 0");
+  if (!(c.local_sgd.outer_momentum >= 0 && c.local_sgd.outer_momentum < 1))
+    bad("local_sgd.outer_momentum", "must be in [0, 1)");
+  if (c.local_sgd.overlap_steps < 0) bad("local_sgd.overlap_steps", "must be >= 0");
+  if (c.local_sgd.overlap_steps >= c.local_sgd.steps && c.local_sgd.overlap_steps > 0)
+    bad("local_sgd.overlap_steps", "must be smaller than local_sgd.steps");
+  if (c.local_sgd.bucket_mb < 0) bad("local_sgd.bucket_mb", "must be >= 0");
+  if (c.checkpoint.every_steps < 0) bad("checkpoint.every_steps", "must be >= 0");
+  if (c.checkpoint.keep < 2) bad("checkpoint.keep", "must be >= 2 so a damaged newest file has a fallback");
+  if (c.log.every_steps < 1) bad("log.every_steps", "must be >= 1");
+  if (c.log.metrics_file.empty()) bad("log.metrics_file", "must not be empty");
+  check_fits_in_memory(c);
+}
+
+}  // namespace ht::config

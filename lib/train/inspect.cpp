@@ -1,0 +1,33 @@
+#include "train/inspect.h"
+
+#include "checkpoint/checkpoint.h"
+#include "config/config.h"
+#include "model/gpt.h"
+
+namespace ht::train {
+
+std::string inspect_checkpoint(const std::string& path, bool* ok) {
+  bool verified = false;
+  std::string out = checkpoint::describe(path, &verified);
+  *ok = verified;
+  if (!verified) return out;
+  try {
+    const checkpoint::Snapshot snap = checkpoint::read_file(path);
+    const config::Config cfg = config::load_text(snap.strings.at("config"), path + ":/config", {});
+    torch::NoGradGuard no_grad;
+    model::Gpt gpt(model::GptOptions::from_config(cfg.model));
+    checkpoint::Expectation want;
+    for (const auto& p : gpt->named_parameters()) want.params[p.key()] = p.value();
+    for (const auto& b : gpt->named_buffers()) want.buffers[b.key()] = b.value();
+    want.optimizer = true;
+    want.moments_per_rank = cfg.local_sgd.enabled;
+    checkpoint::check_compatible(snap, want);
+    out += "model: the tensors fit the model of the stored config\n";
+  } catch (const std::exception& e) {
+    out += std::string("model: DOES NOT FIT its stored config: ") + e.what() + "\n";
+    *ok = false;
+  }
+  return out;
+}
+
+}  // namespace ht::train

@@ -1,0 +1,43 @@
+// The forward/backward half of one optimizer step: micro-batches from the loader, the loss of
+// each (LM or classification head) under the configured autocast, gradients accumulated with the
+// 1 / grad_accum scale so they equal those of one batch grad_accum times larger.
+#pragma once
+#include <torch/types.h>
+
+#include <cstdint>
+
+#include "config/config.h"
+#include "data/batch.h"
+#include "data/loader.h"
+#include "model/gpt.h"
+
+namespace ht::train {
+
+// Autocast of the forward pass as train.autocast asks (bf16 on CUDA), restored on scope exit.
+class AutocastScope {
+ public:
+  AutocastScope(config::Autocast mode, const torch::Device& device);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool enabled_ = false;
+  bool prev_ = false;
+};
+
+// Loss of one micro-batch (cross-entropy in fp32): next-token for causal-lm, label for classification.
+torch::Tensor micro_batch_loss(model::Gpt& gpt, const data::Batch& batch, const torch::Device& device,
+                               config::Autocast autocast);
+
+struct AccumulatedLoss {
+  double mean_loss = 0.0;  // mean over the micro-batches
+  bool finite = true;
+  int64_t tokens = 0;      // input tokens this rank consumed
+};
+
+// grad_accum micro-batches: forward, scaled backward; gradients accumulate into the parameters'.
+AccumulatedLoss accumulate_gradients(model::Gpt& gpt, data::Loader& loader, int64_t grad_accum,
+                                     const torch::Device& device, config::Autocast autocast);
+
+}  // namespace ht::train

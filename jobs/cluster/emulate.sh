@@ -33,17 +33,21 @@ case "$STATE" in /?*) ;; *) echo "emulate: error: HT_EMULATE_STATE must be an ab
 
 # OpenMPI settings that `mpirun` adds (docs/cluster.md, "Link efficiency", has the measurements):
 # - btl_tcp_flags without "put": a large message goes as pipelined sends instead of rendezvous +
-#   emulated put, which left the link idle about half the time (both directions took turns);
+#   emulated put, which left the link idle about half the time (the directions took turns);
 # - 4 MiB socket buffers: the kernel keeps the link busy while a rank waits for a CPU;
-# - mpi_yield_when_idle: the emulated nodes share this machine's cores, so a rank that polls
-#   yields its core to the rank that has data to reduce (real nodes each have their own cores);
-# - all-reduce algorithm by message size (coll-rules.conf, written by `up`): recursive doubling
-#   below 64 KiB (latency-bound), ring from 64 KiB (bandwidth-optimal, 2 (W-1)/W x bytes per rank;
-#   the default choice on 4 nodes took twice the ring's time).
+# - all-reduce algorithm (coll-rules.conf, written by `up`): on 3 or more ranks a ring from
+#   64 KiB (bandwidth-optimal: 2 (W-1)/W x bytes per rank; OpenMPI's own choice on 4 nodes took
+#   twice the ring's time), recursive doubling below 64 KiB and on 2 ranks (one exchange);
+# - mpi_yield_when_idle, only when the emulated cluster has more ranks than this machine has
+#   cores: a rank that polls then yields its core to the one that has data to reduce (on real
+#   nodes each rank has its own core; with 4 nodes on 2 cores the ring took 1.4x longer without).
 mpi_tuning() {
   printf '%s\n' --mca btl_tcp_flags "send,inplace,need-ack,need-csum" \
-    --mca btl_tcp_sndbuf 4194304 --mca btl_tcp_rcvbuf 4194304 --mca mpi_yield_when_idle 1 \
+    --mca btl_tcp_sndbuf 4194304 --mca btl_tcp_rcvbuf 4194304 \
     --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_dynamic_rules_filename "$STATE/coll-rules.conf"
+  if [ $(($(param nodes) * $(param ranks_per_node))) -gt "$(nproc)" ]; then
+    printf '%s\n' --mca mpi_yield_when_idle 1
+  fi
 }
 
 say() { echo "emulate: $*" >&2; }
@@ -198,10 +202,10 @@ if [ "\${HT_EMULATE_NO_UTS:-0}" = 1 ]; then exec ip netns exec "\$node" /bin/sh 
 exec ip netns exec "\$node" nsenter --uts="$STATE/uts/\$node" -- /bin/sh -c "\$*"
 AGENT
   chmod 0755 "$STATE/rsh-agent"
-  # OpenMPI's coll/tuned rules: 1 collective (2 = allreduce), 1 communicator-size class (from 1
-  # rank), 2 message-size classes: "from_bytes algorithm fanout segment_bytes" (3 = recursive
-  # doubling, 4 = ring).
-  printf '%s\n' 1 2 1 1 2 "0 3 0 0" "65536 4 0 0" >"$STATE/coll-rules.conf"
+  # OpenMPI's coll/tuned rules file: 1 collective (id 2 = allreduce) with 2 communicator-size
+  # classes: from 2 ranks, 1 message-size class; from 3 ranks, 2 classes. A message-size class is
+  # "from_bytes algorithm fanout segment_bytes"; algorithm 3 = recursive doubling, 4 = ring.
+  printf '%s\n' 1 2 2 2 1 "0 3 0 0" 3 2 "0 3 0 0" "65536 4 0 0" >"$STATE/coll-rules.conf"
 }
 
 want_params() {

@@ -34,6 +34,10 @@ case "$STATE" in /?*) ;; *) echo "emulate: error: HT_EMULATE_STATE must be an ab
 # OpenMPI settings that `mpirun` adds (docs/cluster.md, "Link efficiency", has the measurements):
 # - btl_tcp_flags without "put": a large message goes as pipelined sends instead of rendezvous +
 #   emulated put, which left the link idle about half the time (the directions took turns);
+# - eager sends up to 4 MiB: no rendezvous handshake for such messages. The handshake's reply
+#   shares the TCP connection with the replying rank's own bulk data and could wait behind all
+#   of it, so the two directions of an exchange again took turns (2 ranks at 100 Mbit/s: 0.60
+#   of the link in 2 of 3 runs without, 0.89-0.96 with);
 # - 4 MiB socket buffers: the kernel keeps the link busy while a rank waits for a CPU;
 # - all-reduce algorithm (coll-rules.conf, written by `up`): on 3 or more ranks a ring from
 #   64 KiB (bandwidth-optimal: 2 (W-1)/W x bytes per rank; OpenMPI's own choice on 4 nodes took
@@ -43,6 +47,7 @@ case "$STATE" in /?*) ;; *) echo "emulate: error: HT_EMULATE_STATE must be an ab
 #   nodes each rank has its own core; with 4 nodes on 2 cores the ring took 1.4x longer without).
 mpi_tuning() {
   printf '%s\n' --mca btl_tcp_flags "send,inplace,need-ack,need-csum" \
+    --mca btl_tcp_eager_limit 4194304 --mca btl_tcp_rndv_eager_limit 4194304 --mca btl_tcp_max_send_size 4194304 \
     --mca btl_tcp_sndbuf 4194304 --mca btl_tcp_rcvbuf 4194304 \
     --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_dynamic_rules_filename "$STATE/coll-rules.conf"
   if [ $(($(param nodes) * $(param ranks_per_node))) -gt "$(nproc)" ]; then

@@ -11,9 +11,9 @@
 #   B  emulate.sh's tbf (1 ms bucket, 50 ms queue), OpenMPI defaults
 #   C  B + btl_tcp_flags without put
 #   D  C + btl_tcp_sndbuf/rcvbuf 4 MiB
-#   E  D + mpi_yield_when_idle 1
-#   F  emulate.sh as shipped: D + ring all-reduce from 64 KiB on 3+ ranks + yield when the
-#      emulated ranks outnumber the cores                                      (the "after")
+#   E  D + eager sends up to 4 MiB (btl_tcp_eager_limit, rndv_eager_limit, max_send_size)
+#   F  emulate.sh as shipped: E + ring all-reduce from 64 KiB on 3+ ranks + mpi_yield_when_idle
+#      when the emulated ranks outnumber the cores                             (the "after")
 #   G  A's tbf with F's OpenMPI settings
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -33,7 +33,7 @@ if "$E" status --link >/dev/null 2>&1; then echo "link_sweep: an emulated cluste
 trap '"$E" down >/dev/null 2>&1 || true' EXIT
 noput=(--mca btl_tcp_flags "send,inplace,need-ack,need-csum")
 buf=(--mca btl_tcp_sndbuf 4194304 --mca btl_tcp_rcvbuf 4194304)
-yield=(--mca mpi_yield_when_idle 1)
+eager=(--mca btl_tcp_eager_limit 4194304 --mca btl_tcp_rndv_eager_limit 4194304 --mca btl_tcp_max_send_size 4194304)
 for rep in $(seq 1 "$reps"); do
   for rate in $rates; do
     calls=5; [ "$rate" = 20mbit ] && calls=3
@@ -45,7 +45,7 @@ for rep in $(seq 1 "$reps"); do
           B) ;;
           C) args=("${noput[@]}") ;;
           D) args=("${noput[@]}" "${buf[@]}") ;;
-          E) args=("${noput[@]}" "${buf[@]}" "${yield[@]}") ;;
+          E) args=("${noput[@]}" "${buf[@]}" "${eager[@]}") ;;
           F) tuning=1 ;;
           G) tbf="burst 32kbit latency 400ms"; tuning=1 ;;
           *) echo "link_sweep: unknown configuration '$cfg'" >&2; exit 1 ;;

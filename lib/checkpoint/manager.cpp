@@ -28,7 +28,7 @@ std::string agree(comm::Communicator& comm, const std::string& outcome) {
   HT_REQUIRE(!o.empty(), ExitCode::kRuntime, "checkpoint: empty outcome from rank 0");
   if (o[0] == 'E') {
     const size_t nl = o.find('\n');
-    throw Error(static_cast<ExitCode>(std::stoi(o.substr(1, nl - 1))), o.substr(nl + 1));
+    throw AgreedError(static_cast<ExitCode>(std::stoi(o.substr(1, nl - 1))), o.substr(nl + 1));
   }
   return o;
 }

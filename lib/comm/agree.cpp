@@ -26,6 +26,27 @@ Disagreement compare_with_root(Communicator& comm, uint64_t value) {
   return d;
 }
 
+void run_agreed(Communicator& comm, const std::function<void()>& fn) {
+  int64_t code = 0;
+  std::string message;
+  try {
+    fn();
+  } catch (const Error& e) {
+    code = static_cast<int64_t>(e.code());
+    message = e.what();
+  } catch (const std::exception& e) {
+    code = static_cast<int64_t>(ExitCode::kRuntime);
+    message = e.what();
+  }
+  std::vector<int64_t> codes(static_cast<size_t>(comm.size()));
+  comm.allgather(&code, codes.data(), sizeof(code));
+  for (int r = 0; r < comm.size(); ++r) {
+    if (codes[static_cast<size_t>(r)] == 0) continue;
+    const std::string text = comm.broadcast_string(message, r);
+    throw AgreedError(static_cast<ExitCode>(codes[static_cast<size_t>(r)]), text);
+  }
+}
+
 void require_agreement(Communicator& comm, uint64_t value, ExitCode code, const std::string& what) {
   const Disagreement d = compare_with_root(comm, value);
   HT_REQUIRE(d.ranks.empty(), code, "{}: rank 0 has {:016x}, differing: {}", what, d.root_value, d.list(true));

@@ -3,6 +3,7 @@
 // them take the same branch, and the checks built on it.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,11 @@ struct Disagreement {
 
 // Collective (allgather of one value per rank); the same result on every rank.
 Disagreement compare_with_root(Communicator& comm, uint64_t value);
+
+// Collective: runs fn on every rank (fn itself must not call collectives). If fn threw on any
+// rank, every rank throws ht::AgreedError with the exit code and message of the lowest failing
+// rank, so the job ends once, cleanly, instead of each rank aborting it.
+void run_agreed(Communicator& comm, const std::function<void()>& fn);
 
 // Collective: throws ht::Error(code) on every rank when any rank's value differs from rank 0's.
 // The message is `what` followed by the differing ranks and their values.

@@ -26,6 +26,14 @@ class Error : public std::runtime_error {
   ExitCode code_;
 };
 
+// An error every rank of the job met alike and knows of (the outcome was agreed through a
+// collective, e.g. comm::run_agreed): app/ prints it once and every rank exits with its code,
+// instead of aborting the job from each rank.
+class AgreedError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Where the failing call sits, as "file:line".
 std::string source_location(const char* file, int line);
 

@@ -74,22 +74,6 @@ ChunkReader::~ChunkReader() = default;
 
 namespace {
 
-// The bytes are decoded here, not by HDF5: the datatype must be exactly a plain little-endian
-// integer of its size (a damaged datatype message with another precision, offset or padding
-// would make HDF5 read other values than this reader).
-void require_plain_integer(hid_t type, size_t size, const std::string& where) {
-  HT_REQUIRE(size == 1 || size == 2 || size == 4 || size == 8, ExitCode::kData, "{}: unsupported integer size {}",
-             where, size);
-  HT_REQUIRE(H5Tget_order(type) == H5T_ORDER_LE || size == 1, ExitCode::kData,
-             "{}: big-endian integers are not supported", where);
-  HT_REQUIRE(H5Tget_precision(type) == size * 8 && H5Tget_offset(type) == 0, ExitCode::kData,
-             "{}: integer datatype with precision {} and offset {} in {} bytes (damaged datatype message?)", where,
-             H5Tget_precision(type), H5Tget_offset(type), size);
-  H5T_pad_t lsb = H5T_PAD_ERROR, msb = H5T_PAD_ERROR;
-  HT_REQUIRE(H5Tget_pad(type, &lsb, &msb) >= 0 && lsb == H5T_PAD_ZERO && msb == H5T_PAD_ZERO, ExitCode::kData,
-             "{}: integer datatype with non-zero padding (damaged datatype message?)", where);
-}
-
 // HDF5 1.10 reports chunk addresses relative to the file's base address, which is the userblock
 // size (0 for files hpctrain writes).
 haddr_t base_address(hid_t file) {
@@ -105,8 +89,7 @@ void ChunkReader::read_layout(hid_t file, hid_t ds) {
   const std::string where = path_ + ":" + dataset_;
   const auto inf = io::info(file, dataset_);
   HT_REQUIRE(inf.type_class == H5T_INTEGER, ExitCode::kData, "{}: not an integer dataset", where);
-  io::Handle type(HT_H5_CHECK(H5Dget_type(ds)), H5Tclose);
-  require_plain_integer(type.id(), inf.type_size, where);
+  io::require_plain_integer(file, dataset_, inf);  // the bytes are decoded here, not by HDF5
   elem_bytes_ = inf.type_size;
   is_signed_ = inf.is_signed;
   HT_REQUIRE(!inf.dims.empty(), ExitCode::kData, "{}: scalar where an array is expected", where);
@@ -119,6 +102,7 @@ void ChunkReader::read_layout(hid_t file, hid_t ds) {
   const haddr_t base = base_address(file);
   if (layout != H5D_CHUNKED) {  // contiguous or compact: small, hold it in memory (read by HDF5 here)
     contiguous_.resize(static_cast<size_t>(rows_) * row_bytes);
+    io::Handle type(HT_H5_CHECK(H5Dget_type(ds)), H5Tclose);
     if (!contiguous_.empty()) HT_H5_CHECK(H5Dread(ds, type.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, contiguous_.data()));
     return;
   }

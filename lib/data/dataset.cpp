@@ -53,6 +53,7 @@ io::DatasetInfo require_dataset(hid_t f, const std::string& path, const std::str
   io::require_within_file(f, name, i);
   HT_REQUIRE(i.type_class == H5T_INTEGER, ExitCode::kData, "{}:{}: dtype {}, expected an integer type", path, name,
              dtype_name(i));
+  io::require_plain_integer(f, name, i);
   if (token_ids)
     HT_REQUIRE(!i.is_signed && (i.type_size == 2 || i.type_size == 4), ExitCode::kData,
                "{}:{}: dtype {}, expected uint16 or uint32", path, name, dtype_name(i));

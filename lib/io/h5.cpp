@@ -197,6 +197,24 @@ DatasetInfo info(hid_t loc, const std::string& name) {
   return out;
 }
 
+void require_plain_integer(hid_t loc, const std::string& name, const DatasetInfo& info) {
+  const std::string where = file_name(loc) + ":" + name;
+  HT_REQUIRE(info.type_class == H5T_INTEGER, ExitCode::kData, "{}: not an integer dataset", where);
+  const size_t size = info.type_size;
+  HT_REQUIRE(size == 1 || size == 2 || size == 4 || size == 8, ExitCode::kData, "{}: unsupported integer size {}",
+             where, size);
+  Handle ds = open_dataset(loc, name);
+  Handle type(HT_H5_CHECK(H5Dget_type(ds.id())), H5Tclose);
+  HT_REQUIRE(H5Tget_order(type.id()) == H5T_ORDER_LE || size == 1, ExitCode::kData,
+             "{}: big-endian integers are not supported", where);
+  HT_REQUIRE(H5Tget_precision(type.id()) == size * 8 && H5Tget_offset(type.id()) == 0, ExitCode::kData,
+             "{}: integer datatype with precision {} and offset {} in {} bytes (damaged datatype message?)", where,
+             H5Tget_precision(type.id()), H5Tget_offset(type.id()), size);
+  H5T_pad_t lsb = H5T_PAD_ERROR, msb = H5T_PAD_ERROR;
+  HT_REQUIRE(H5Tget_pad(type.id(), &lsb, &msb) >= 0 && lsb == H5T_PAD_ZERO && msb == H5T_PAD_ZERO, ExitCode::kData,
+             "{}: integer datatype with non-zero padding (damaged datatype message?)", where);
+}
+
 void require_within_file(hid_t loc, const std::string& name, const DatasetInfo& info) {
   double declared = static_cast<double>(info.type_size);
   for (auto d : info.dims) declared *= static_cast<double>(d);

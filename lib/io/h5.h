@@ -78,6 +78,12 @@ struct DatasetInfo {
   bool has_fletcher32 = false;
 };
 DatasetInfo info(hid_t loc, const std::string& name);
+// Throws kData naming the file and the dataset unless it is a plain integer dataset: 1, 2, 4 or 8
+// bytes, little-endian, every bit used (precision = 8 x size, offset 0, zero padding). Readers
+// that decode the stored bytes themselves need this: a damaged datatype message with another
+// precision or offset would make HDF5 read other values than the bytes say.
+void require_plain_integer(hid_t loc, const std::string& name, const DatasetInfo& info);
+
 // Throws kData naming the file and the dataset when the dataset declares more bytes than the whole
 // file holds (the formats here store every element: no compression, no unwritten chunks). Run
 // before allocating for a read, so that a damaged header cannot ask for terabytes.

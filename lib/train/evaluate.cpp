@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "checkpoint/checkpoint.h"
+#include "comm/agree.h"
 #include "core/error.h"
 
 namespace ht::train {
@@ -97,18 +98,19 @@ EvalResult evaluate_checkpoint(const RunSetup& setup, const std::string& checkpo
   model::Gpt gpt(model::GptOptions::from_config(cfg.model));
   checkpoint::Manager manager(cfg.checkpoint_dir(), cfg.checkpoint.keep, comm);
   const checkpoint::Snapshot snap = manager.load(checkpoint_path);
-  checkpoint::Expectation want;
-  for (const auto& p : gpt->named_parameters()) want.params[p.key()] = p.value();
-  for (const auto& b : gpt->named_buffers()) want.buffers[b.key()] = b.value();
-  checkpoint::check_compatible(snap, want);
-  {
+  std::unique_ptr<data::EvalReader> reader;
+  comm::run_agreed(comm, [&] {  // the same snapshot and model on every rank: one message per job
+    checkpoint::Expectation want;
+    for (const auto& p : gpt->named_parameters()) want.params[p.key()] = p.value();
+    for (const auto& b : gpt->named_buffers()) want.buffers[b.key()] = b.value();
+    checkpoint::check_compatible(snap, want);
     torch::NoGradGuard no_grad;
     for (auto& p : gpt->named_parameters()) p.value().copy_(snap.tensors.at("model/" + p.key()));
     for (auto& b : gpt->named_buffers()) b.value().copy_(snap.tensors.at("model_buffers/" + b.key()));
-  }
+    reader = std::make_unique<data::EvalReader>(setup.data, "val", cfg.model.seq_len, cfg.eval.batch_size, comm);
+  });
   gpt->to(device);
-  data::EvalReader reader(setup.data, "val", cfg.model.seq_len, cfg.eval.batch_size, comm);
-  return evaluate(gpt, reader, comm, device, cfg.eval.max_batches);
+  return evaluate(gpt, *reader, comm, device, cfg.eval.max_batches);
 }
 
 }  // namespace ht::train

@@ -11,8 +11,36 @@
 #include "core/hash.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "train/local_sgd_impl.h"
 
 namespace ht::train {
+
+namespace detail {
+
+comm::ExchangeDType exchange_dtype(config::ExchangeDtype t) {
+  switch (t) {
+    case config::ExchangeDtype::kBf16: return comm::ExchangeDType::kBF16;
+    case config::ExchangeDtype::kFp16: return comm::ExchangeDType::kF16;
+    case config::ExchangeDtype::kFp32: break;
+  }
+  return comm::ExchangeDType::kF32;
+}
+
+void outer_update(torch::Tensor& global, torch::Tensor& momentum, const torch::Tensor& g,
+                  const config::LocalSgdConfig& cfg) {
+  const double mu = cfg.outer_momentum;
+  if (mu > 0) {
+    momentum.mul_(mu).add_(g);
+    if (cfg.nesterov)
+      global.sub_(g + mu * momentum, cfg.outer_lr);
+    else
+      global.sub_(momentum, cfg.outer_lr);
+  } else {
+    global.sub_(g, cfg.outer_lr);
+  }
+}
+
+}  // namespace detail
 
 namespace {
 
@@ -39,15 +67,6 @@ void verify_same_model(comm::Communicator& comm, torch::nn::Module& model, const
              d.list(false), n, h);
 }
 
-comm::ExchangeDType exchange_dtype(config::ExchangeDtype t) {
-  switch (t) {
-    case config::ExchangeDtype::kBf16: return comm::ExchangeDType::kBF16;
-    case config::ExchangeDtype::kFp16: return comm::ExchangeDType::kF16;
-    case config::ExchangeDtype::kFp32: break;
-  }
-  return comm::ExchangeDType::kF32;
-}
-
 // Optimizer moments that optimizer_state = average synchronises (Adam/AdamW moments, SGD momentum).
 std::vector<torch::Tensor> optimizer_moments(torch::optim::Optimizer& opt) {
   std::vector<torch::Tensor> out;
@@ -69,74 +88,8 @@ std::vector<torch::Tensor> optimizer_moments(torch::optim::Optimizer& opt) {
   return out;
 }
 
-// DiLoCo outer step on (global, momentum) with the averaged pseudo-gradient g:
-// m = mu m + g; update = nesterov ? g + mu m : m; global -= outer_lr * update.
-void outer_update(torch::Tensor& global, torch::Tensor& momentum, const torch::Tensor& g,
-                  const config::LocalSgdConfig& cfg) {
-  const double mu = cfg.outer_momentum;
-  if (mu > 0) {
-    momentum.mul_(mu).add_(g);
-    if (cfg.nesterov)
-      global.sub_(g + mu * momentum, cfg.outer_lr);
-    else
-      global.sub_(momentum, cfg.outer_lr);
-  } else {
-    global.sub_(g, cfg.outer_lr);
-  }
-}
-
 }  // namespace
 
-struct LocalSgd::Impl {
-  torch::nn::Module& model;
-  torch::optim::Optimizer& optimizer;
-  comm::Communicator& comm;
-  config::LocalSgdConfig cfg;
-  bool diloco = false;
-
-  std::vector<torch::Tensor> trainable;  // parameters with requires_grad (gradient averaging)
-  std::vector<torch::Tensor> sync_set;   // parameters (+ float buffers) averaged at a sync
-  std::unique_ptr<comm::ParamAverager> state_avg, grad_avg, moment_avg;
-  std::unique_ptr<comm::ParamAverager> view_avg;  // averaged_copies(): never bound, never in stats
-  torch::Tensor snapshot;                // fp32 local values at the last sync start
-  torch::Tensor global, momentum;        // DiLoCo outer copy and its momentum (fp32 flat)
-  std::function<void()> hook;
-
-  SyncStats stats;
-  int64_t since_sync = 0;   // local steps since the last sync started
-  int64_t pending_age = 0;  // steps since an overlapped average was started
-  bool pending = false;
-  bool mean_ready = false;  // the pending average has arrived (in state_avg's flat), not yet applied
-  bool finished = true;     // nothing to do in finish() until the next local step
-  bool grads_bound = false; // gradients live in grad_avg's flat buffer
-
-  Impl(torch::nn::Module& m, torch::optim::Optimizer& o, comm::Communicator& c, const config::LocalSgdConfig& k)
-      : model(m), optimizer(o), comm(c), cfg(k), diloco(k.outer == config::OuterOptimizer::kDiloco) {}
-
-  comm::AveragerOptions averager_options(const std::string& name) const {
-    comm::AveragerOptions o;
-    o.dtype = exchange_dtype(cfg.comm_dtype);
-    o.bucket_mb = cfg.bucket_mb;
-    o.name = name;
-    return o;
-  }
-  bool synchronous_now() const { return !cfg.enabled || stats.steps < cfg.warmup_steps; }
-
-  void reset_outer() {
-    if (!diloco) return;
-    state_avg->pack(sync_set);
-    global.copy_(state_avg->flat());
-    momentum.zero_();
-  }
-
-  void average_grads();
-  void await_mean();
-  void begin_sync(bool blocking);
-  void complete_sync(bool overlapped);
-  double local_drift_squared() const;
-  void outer_step();
-  void average_moments();
-};
 
 void LocalSgd::Impl::average_grads() {
   Stopwatch sw;
@@ -191,7 +144,7 @@ double LocalSgd::Impl::local_drift_squared() const {
 }
 
 // DiLoCo outer step on the global copy with the averaged pseudo-gradient (in flat).
-void LocalSgd::Impl::outer_step() { outer_update(global, momentum, state_avg->flat(), cfg); }
+void LocalSgd::Impl::outer_step() { detail::outer_update(global, momentum, state_avg->flat(), cfg); }
 
 // Completes the transfer of an overlapped average (the result stays in flat until it is applied).
 void LocalSgd::Impl::await_mean() {
@@ -342,48 +295,6 @@ void LocalSgd::finish() {
   s.finished = true;
 }
 
-bool LocalSgd::replicas_differ() const { return impl_->state_avg && (impl_->since_sync > 0 || impl_->pending); }
-
-const std::vector<torch::Tensor>& LocalSgd::sync_tensors() const { return impl_->sync_set; }
-
-// What finish() would do, on copies: the pending average applied (overlap), then one blocking
-// average of the result (plain mean, or DiLoCo's outer step on copies of global and momentum).
-// Same exchange settings as state_avg, so the values are bitwise those finish() would give.
-std::vector<torch::Tensor> LocalSgd::averaged_copies() {
-  auto& s = *impl_;
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> out;
-  if (!replicas_differ()) {
-    for (const auto& t : s.sync_set) out.push_back(t.detach().clone());
-    return out;
-  }
-  if (!s.view_avg) s.view_avg = std::make_unique<comm::ParamAverager>(s.comm, s.sync_set, s.averager_options("average view"));
-  auto& flat = s.view_avg->flat();
-  s.view_avg->pack(s.sync_set);
-  torch::Tensor global, momentum;
-  if (s.diloco) {
-    global = s.global.clone();
-    momentum = s.momentum.clone();
-  }
-  if (s.pending) {
-    s.await_mean();
-    if (s.diloco) outer_update(global, momentum, s.state_avg->flat(), s.cfg);
-    const auto& target = s.diloco ? global : s.state_avg->flat();
-    flat.add_(target - s.snapshot);
-  }
-  if (s.since_sync > 0) {
-    if (s.diloco) flat.neg_().add_(global);
-    s.view_avg->allreduce_mean();
-    if (s.diloco) {
-      outer_update(global, momentum, flat, s.cfg);
-      flat.copy_(global);
-    }
-  }
-  for (size_t i = 0; i < s.sync_set.size(); ++i)
-    out.push_back(s.view_avg->slice(flat, i).view(s.sync_set[i].sizes()).clone());
-  return out;
-}
-
 const SyncStats& LocalSgd::stats() const { return impl_->stats; }
 int64_t LocalSgd::local_step() const { return impl_->since_sync; }
 
@@ -399,77 +310,6 @@ double LocalSgd::measure_drift() {
   probe.allreduce_mean();
   const double sq = (local - probe.flat()).square().sum(torch::kDouble).item<double>();
   return std::sqrt(s.comm.allreduce_sum(sq) / s.comm.size());
-}
-
-std::map<std::string, torch::Tensor> LocalSgd::state_tensors() const {
-  const auto& s = *impl_;
-  std::map<std::string, torch::Tensor> out;
-  if (s.diloco && s.global.defined()) {
-    const int64_t n = s.state_avg->numel();  // without the padding, so W may change on restart
-    out["outer_global"] = s.global.narrow(0, 0, n).detach().cpu().clone();
-    out["outer_momentum"] = s.momentum.narrow(0, 0, n).detach().cpu().clone();
-  }
-  return out;
-}
-
-std::map<std::string, torch::Tensor> LocalSgd::rank_state_tensors() {
-  auto& s = *impl_;
-  std::map<std::string, torch::Tensor> out;
-  if (!s.pending) return out;
-  s.await_mean();  // the transfer ends now instead of later; the values it delivers are the same
-  const int64_t n = s.state_avg->numel();
-  out["snapshot"] = s.snapshot.narrow(0, 0, n).detach().cpu().clone();
-  out["pending_mean"] = s.state_avg->flat().narrow(0, 0, n).detach().cpu().clone();
-  return out;
-}
-
-std::map<std::string, int64_t> LocalSgd::state_ints() const {
-  const auto& s = *impl_;
-  return {{"steps", s.stats.steps},
-          {"since_sync", s.since_sync},
-          {"pending", s.pending ? 1 : 0},
-          {"pending_age", s.pending_age},
-          {"syncs", s.stats.syncs},
-          {"grad_allreduces", s.stats.grad_allreduces},
-          {"bytes_sent", static_cast<int64_t>(s.stats.bytes_sent)}};
-}
-
-void LocalSgd::load_state(const std::map<std::string, torch::Tensor>& tensors, const std::map<std::string, int64_t>& ints,
-                          const std::map<std::string, torch::Tensor>& rank_tensors, bool exact) {
-  auto& s = *impl_;
-  HT_REQUIRE(!s.pending, ExitCode::kRuntime, "local_sgd: load_state while an average is pending");
-  auto get = [&](const char* k) { auto it = ints.find(k); return it == ints.end() ? int64_t{0} : it->second; };
-  s.stats.steps = get("steps");
-  s.stats.syncs = get("syncs");
-  s.stats.grad_allreduces = get("grad_allreduces");
-  s.stats.bytes_sent = static_cast<uint64_t>(get("bytes_sent"));
-  const int64_t n = s.state_avg ? s.state_avg->numel() : 0;
-  auto restore = [&](const std::map<std::string, torch::Tensor>& from, const char* key, torch::Tensor dst) {
-    auto it = from.find(key);
-    HT_REQUIRE(it != from.end(), ExitCode::kData, "local_sgd: checkpoint lacks '{}'", key);
-    HT_REQUIRE(it->second.numel() == n, ExitCode::kData,
-               "local_sgd: checkpoint '{}' has {} elements, the model needs {}", key, it->second.numel(), n);
-    dst.narrow(0, 0, n).copy_(it->second.reshape({-1}));
-  };
-  if (exact) {
-    s.since_sync = get("since_sync");
-    s.pending = s.state_avg && get("pending") != 0;
-    s.pending_age = get("pending_age");
-    if (s.pending) {
-      restore(rank_tensors, "snapshot", s.snapshot);
-      restore(rank_tensors, "pending_mean", s.state_avg->flat());
-      s.mean_ready = true;
-    }
-  } else {
-    // Another rank count: the run continues from the averaged model (/model), as after a sync.
-    s.since_sync = 0;
-    s.pending = false;
-  }
-  s.finished = s.since_sync == 0 && !s.pending;
-  if (!s.diloco || !s.global.defined()) return;
-  restore(tensors, "outer_global", s.global);
-  restore(tensors, "outer_momentum", s.momentum);
-  if (!exact) s.state_avg->pack(s.sync_set), s.global.copy_(s.state_avg->flat());
 }
 
 }  // namespace ht::train

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "checkpoint/checkpoint.h"
+#include "comm/agree.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/memory.h"
@@ -85,9 +86,12 @@ void Trainer::Impl::build(const ResumeRequest& resume) {
 
   optimizer = make_adamw(*gpt, cfg.train);
   local_sgd = std::make_unique<LocalSgd>(*gpt, *optimizer, comm, cfg.local_sgd);
-  loader = std::make_unique<data::Loader>(data, data::LoaderOptions::from_config(cfg), comm);
-  if (cfg.eval.strategy != config::EvalStrategy::kNo)
-    eval_reader = std::make_unique<data::EvalReader>(data, "val", cfg.model.seq_len, cfg.eval.batch_size, comm);
+  // Every rank opens its readers (no collective inside): a fault in the file ends the job once.
+  comm::run_agreed(comm, [&] {
+    loader = std::make_unique<data::Loader>(data, data::LoaderOptions::from_config(cfg), comm);
+    if (cfg.eval.strategy != config::EvalStrategy::kNo)
+      eval_reader = std::make_unique<data::EvalReader>(data, "val", cfg.model.seq_len, cfg.eval.batch_size, comm);
+  });
 
   counters.global_batch = comm.size() * cfg.train.micro_batch_size * cfg.train.grad_accum_steps;
   total = cfg.train.max_steps > 0 ? cfg.train.max_steps : cfg.train.epochs * loader->steps_per_epoch();
@@ -114,7 +118,9 @@ void Trainer::Impl::resume_from(const ResumeRequest& resume) {
     if (!snap) HT_INFO("--resume: no checkpoint in {}, starting from scratch", cfg.checkpoint_dir());
   }
   if (!snap) return;
-  restore_state(refs(), counters, *snap, comm.size(), dataset_identity, cfg.checkpoint.allow_dataset_change);
+  comm::run_agreed(comm, [&] {
+    restore_state(refs(), counters, *snap, comm.size(), dataset_identity, cfg.checkpoint.allow_dataset_change);
+  });
   if (!snap->run_id.empty()) run_id = snap->run_id;
   HT_INFO("resumed at step {} ({} tokens seen, loader epoch {}, sample {})", counters.step, counters.tokens_seen,
           loader->state().epoch, loader->state().samples_consumed);

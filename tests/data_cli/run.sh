@@ -68,6 +68,14 @@ check_bad few.h5 "fewer samples than the 2 ranks"
 check_bad vocab.h5 "token id 4000 >= vocab_size 258"
 check_bad labels.h5 "outside label_names"
 check_bad corrupt.h5 "checksum mismatch in $work/corrupt.h5:/train/tokens rows 640..703"
+check_bad huge_vocab.h5 "huge_vocab.h5: root attribute vocab_size = 1099511627776 is outside \[1, 2^32\]"
+check_bad attr64.h5 "attr64.h5: attribute 'vocab_size' holds 64 values, expected one"
+check_bad offsets.h5 "offsets.h5:/train/doc_offsets: offset 2 (500) is below offset 1 (900)"
+check_bad huge_dims.h5 "huge_dims.h5: dataset '/train/tokens' declares 2199023255552 bytes but the file has"
+check_bad precision.h5 "precision.h5:/train/tokens: integer datatype with precision 12"
+# A valid file behind a userblock reads like any other (chunk addresses are relative to it).
+np2 prepare --check "$work/userblock.h5" --seq-len 8 --micro-batch 2 > "$work/userblock.log" 2>&1 \
+  || { cat "$work/userblock.log"; fail "a valid dataset with a 512-byte userblock was refused"; }
 
 # --- `hpctrain inspect` (dataset files go to data::describe): verifies every checksum
 np2 inspect "$work/good.h5" > "$work/inspect.log" 2>&1 && grep -q "checksums ok" "$work/inspect.log" \

@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# Failure injection through the real binary under mpirun (1 and 2 ranks): each bad input ends with
+# its exact exit code and one message naming the problem and the file or key, once per job, with
+# no rank hanging and no checkpoint that existed before touched. Usage: run.sh CASE.
+# Environment from ctest: HPCTRAIN, MPIEXEC, MPIEXEC_FLAGS (a ;-list), OpenMPI root variables.
+set -uo pipefail
+CASE="$1"
+WORK=$(mktemp -d /tmp/ht-reliability-XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+IFS=';' read -r -a MPIFLAGS <<<"${MPIEXEC_FLAGS:-}"
+FORTUNES=/usr/share/games/fortunes
+
+fail() { echo "FAIL($CASE): $*" >&2; exit 1; }
+note() { echo "--- $*"; }
+mpi() { local np=$1; shift; timeout 300 "$MPIEXEC" -np "$np" "${MPIFLAGS[@]}" "$@"; }
+# expect RC NAME CMD...: runs CMD (output in $WORK/NAME.log), requires exit code RC exactly.
+expect() {
+  local want=$1 name=$2; shift 2
+  "$@" >"$WORK/$name.log" 2>&1
+  local rc=$?
+  [ "$rc" -eq 124 ] && { tail -20 "$WORK/$name.log"; fail "$name: timed out (a rank hung?)"; }
+  [ "$rc" -eq "$want" ] || { tail -30 "$WORK/$name.log"; fail "$name: exit code $rc, expected $want"; }
+}
+# has NAME TEXT: the log holds TEXT; once NAME TEXT: exactly one line of the log holds it.
+has() { grep -q -- "$2" "$WORK/$1.log" || { tail -20 "$WORK/$1.log"; fail "$1.log lacks '$2'"; }; }
+once() {
+  local n; n=$(grep -c -- "$2" "$WORK/$1.log")
+  [ "$n" -eq 1 ] || { cat "$WORK/$1.log"; fail "$1.log holds '$2' $n times, expected once per job"; }
+  note "$1: exit as expected, one line: $(grep -m1 -- "$2" "$WORK/$1.log" | sed 's/^\[[^]]*\] //')"
+}
+
+lm_data() {
+  "$HPCTRAIN" prepare --input "$FORTUNES/fortunes" --output "$WORK/lm.h5" --val-fraction 0.1 >/dev/null 2>&1 \
+    || fail "prepare failed"
+}
+TINY=(--set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set model.seq_len=64
+      --set train.micro_batch_size=4 --set train.threads=1 --set eval.strategy=no --set train.max_steps=6)
+train() {  # train NP OUTDIR ARGS...
+  local np=$1 out=$2; shift 2
+  mpi "$np" "$HPCTRAIN" train --set data.path="$WORK/lm.h5" --set train.output_dir="$WORK/$out" "${TINY[@]}" "$@"
+}
+ckpt() { echo "$WORK/$1/checkpoints/$(printf 'ckpt-%08d.h5' "$2")"; }
+# Fingerprint of every checkpoint file under a directory (name + sha256), to prove nothing changed.
+fingerprint() { (cd "$1" && find . -name 'ckpt-*.h5' -type f -print0 | sort -z | xargs -0 -r sha256sum); }
+
+case "$CASE" in
+  config)
+    lm_data
+    mkdir -p "$WORK/a-dir"
+    for np in 1 2; do
+      expect 1 cfgdir$np mpi "$np" "$HPCTRAIN" train --config "$WORK/a-dir"
+      once cfgdir$np "config file $WORK/a-dir: not a regular file (it is a directory)"
+    done
+    expect 1 dmodel train 2 run --set model.d_model=4000000 --set model.n_head=1
+    once dmodel "config key 'model.d_model'"
+    has dmodel "GiB of memory"
+    expect 1 vocab train 2 run --set model.vocab_size=4294967297
+    once vocab "config key 'model.vocab_size'"
+    expect 1 maxseq train 1 run --set model.max_seq_len=40000000000
+    once maxseq "config key 'model.max_seq_len'"
+    expect 1 batch train 2 run --set train.micro_batch_size=900000000
+    once batch "config key 'train.micro_batch_size'"
+    expect 1 enum train 2 run --set train.autocast=fp8
+    once enum "config key 'train.autocast': 'fp8' is not one of"
+    ;;
+
+  commands)
+    expect 1 subcommand "$HPCTRAIN" trian --config x.toml
+    once subcommand "unknown subcommand 'trian' (the subcommands are: "
+    expect 1 subcommand2 mpi 2 "$HPCTRAIN" evaluate
+    once subcommand2 "unknown subcommand 'evaluate'"
+    printf 'In the beginning was the word.\n\nAnd the word was with the file.\n' >"$WORK/same.txt"
+    cp "$WORK/same.txt" "$WORK/same.orig"
+    expect 1 same mpi 2 "$HPCTRAIN" prepare --input "$WORK/same.txt" --output "$WORK/same.txt"
+    once same "prepare: --output $WORK/same.txt is also an input"
+    cmp -s "$WORK/same.txt" "$WORK/same.orig" || fail "prepare changed its input"
+    mkdir -p "$WORK/corpus" && cp "$WORK/same.orig" "$WORK/corpus/a.txt"
+    expect 1 same_dir "$HPCTRAIN" prepare --input "$WORK/corpus" --output "$WORK/corpus/a.txt"
+    once same_dir "is also an input ($WORK/corpus/a.txt)"
+    ;;
+
+  data)
+    # Bad dataset files (tests/data_cli/make_bad_files.cpp) through `train` on 1 and 2 ranks; the
+    # data_cli suite runs the same files through `prepare --check`.
+    "$MAKE_BAD_FILES" "$WORK" || fail "make_bad_files"
+    for np in 1 2; do
+      for spec in "huge_vocab.h5|root attribute vocab_size = 1099511627776 is outside" \
+                  "attr64.h5|attribute 'vocab_size' holds 64 values, expected one" \
+                  "offsets.h5|/train/doc_offsets: offset 2 (500) is below offset 1 (900)" \
+                  "huge_dims.h5|dataset '/train/tokens' declares 2199023255552 bytes" \
+                  "precision.h5|/train/tokens: integer datatype with precision 12"; do
+        f=${spec%%|*} msg=${spec#*|}
+        expect 2 "${f%.h5}_$np" mpi "$np" "$HPCTRAIN" train --set data.path="$WORK/$f" \
+          --set train.output_dir="$WORK/run-$f-$np" "${TINY[@]}" --set model.seq_len=8
+        once "${f%.h5}_$np" "$msg"
+      done
+    done
+    ;;
+
+  eval_checkpoint)
+    lm_data
+    expect 0 run train 1 run --set model.n_layer=4
+    local_ckpt=$(ckpt run 6)
+    # eval needs no writable output directory (it writes nothing), from any working directory: the
+    # checkpoint stores an absolute data.path
+    expect 0 eval_ro bash -c "cd / && timeout 300 $MPIEXEC -np 2 ${MPIFLAGS[*]} $HPCTRAIN eval --checkpoint $local_ckpt \
+      --set train.output_dir=/proc/no-such-dir/x"
+    has eval_ro "eval_loss"
+    # a smaller model than the checkpoint's is refused, not truncated
+    expect 1 eval_small mpi 2 "$HPCTRAIN" eval --checkpoint "$local_ckpt" --set model.n_layer=2
+    once eval_small "does not fit the model: it has parameter 'blocks.2."
+    # a dataset passed as a checkpoint
+    expect 2 eval_dataset mpi 2 "$HPCTRAIN" eval --checkpoint "$WORK/lm.h5"
+    once eval_dataset "lm.h5: not an hpctrain checkpoint"
+    ;;
+
+  resume)
+    lm_data
+    expect 0 base train 2 base --set local_sgd.enabled=true --set local_sgd.steps=4 --set checkpoint.every_steps=2
+    before=$(fingerprint "$WORK/base/checkpoints")
+    # per-rank AdamW moments (local SGD) resumed by a run that averages gradients every step
+    expect 1 moments train 2 base --resume --set train.max_steps=8
+    once moments "keeps AdamW moments per rank"
+    # a wrong global batch, a wrong width, a missing file, a damaged file
+    expect 1 batch train 2 base --resume --set local_sgd.enabled=true --set train.micro_batch_size=8
+    once batch "global batch"
+    expect 1 width train 2 base --resume --set local_sgd.enabled=true --set model.d_model=128
+    once width "has shape"
+    expect 2 missing train 2 base --resume-from "$WORK/nope.h5"
+    once missing "nope.h5"
+    # other data under the same path
+    cp "$WORK/lm.h5" "$WORK/lm.orig"
+    "$HPCTRAIN" prepare --input "$FORTUNES/literature" --output "$WORK/lm.h5" >/dev/null 2>&1 || fail "prepare 2"
+    expect 1 other_data train 2 base --resume --set local_sgd.enabled=true --set local_sgd.steps=4
+    once other_data "was trained on other data than data.path holds now"
+    [ "$(fingerprint "$WORK/base/checkpoints")" = "$before" ] || fail "a failed resume changed a checkpoint file"
+    note "after 6 failed resumes every checkpoint file is still there, byte-identical"
+    expect 0 allowed train 2 base --resume --set local_sgd.enabled=true --set local_sgd.steps=4 \
+      --set checkpoint.allow_dataset_change=true --set train.max_steps=8
+    has allowed "resuming .* on other data"
+    cp "$WORK/lm.orig" "$WORK/lm.h5"
+    # a stray name with 20+ digits in the checkpoint directory is not a checkpoint
+    touch "$WORK/base/checkpoints/ckpt-123456789012345678901234.h5"
+    expect 0 stray train 2 base --resume --set local_sgd.enabled=true --set local_sgd.steps=4 \
+      --set checkpoint.allow_dataset_change=true --set train.max_steps=10
+    has stray "resumed at step 8"
+    ;;
+
+  run_dir)
+    lm_data
+    # a job holding the directory (its saves slowed) and a second job on the same directory
+    HPCTRAIN_TEST_SLOW_SAVE_MS=4000 train 2 shared --set train.max_steps=4 --set checkpoint.every_steps=1 \
+      >"$WORK/first.log" 2>&1 &
+    first=$!
+    for i in $(seq 1 300); do grep -q "step      1/" "$WORK/first.log" 2>/dev/null && break; sleep 0.1; done
+    expect 1 second train 2 shared --set train.max_steps=4
+    once second "train.output_dir $WORK/shared is in use by another run (pid "
+    wait $first || fail "the first job failed (rc $?)"
+    [ -f "$(ckpt shared 4)" ] || fail "the first job lost its final checkpoint"
+    note "the first job finished with its checkpoints intact"
+    # rotation after a fallback from a damaged newest checkpoint keeps the good file it resumed from
+    expect 0 rot train 1 rot --set checkpoint.every_steps=2 --set checkpoint.keep=2 --set log.every_steps=1
+    python3 - "$(ckpt rot 6)" <<'PY' || fail "damage"
+import sys
+p = sys.argv[1]; d = bytearray(open(p, "rb").read()); d[len(d) // 2] ^= 0x5A; open(p, "wb").write(d)
+PY
+    # the resumed run saves at step 5 and dies at step 6, while the damaged step-6 file is still there
+    HPCTRAIN_TEST_FAIL_RANK=0 HPCTRAIN_TEST_FAIL_STEP=6 expect 3 rot_resume train 1 rot --resume \
+      --set checkpoint.every_steps=1 --set checkpoint.keep=2 --set log.every_steps=1
+    has rot_resume "falling back to $(ckpt rot 4)"
+    for s in 4 5 6; do [ -f "$(ckpt rot $s)" ] || fail "checkpoint $s is gone (rotation after a fallback)"; done
+    "$HPCTRAIN" inspect "$(ckpt rot 4)" >/dev/null 2>&1 || fail "the good step-4 checkpoint does not verify"
+    note "after the fallback from the damaged step-6 file, the good step-4 file the run resumed from is kept"
+    expect 0 rot_final train 1 rot --resume --set checkpoint.every_steps=1 --set checkpoint.keep=2 --set log.every_steps=1
+    has rot_final "resumed at step 5"
+    "$HPCTRAIN" inspect "$(ckpt rot 6)" >/dev/null 2>&1 || fail "the step-6 checkpoint was not replaced by a good one"
+    # metrics.jsonl holds each step once after a crash-resume
+    python3 - "$WORK/rot/metrics.jsonl" <<'PY' || fail "metrics lines"
+import collections, json, sys
+steps = [json.loads(l)["step"] for l in open(sys.argv[1]) if '"loss"' in l]
+dup = [s for s, n in collections.Counter(steps).items() if n > 1]
+assert not dup, f"steps logged twice: {dup}"
+assert steps == sorted(steps) and steps[-1] == 6, steps
+print(f"--- metrics.jsonl: steps {steps}, each once")
+PY
+    ;;
+
+  *) fail "unknown case" ;;
+esac
+echo "PASS($CASE)"

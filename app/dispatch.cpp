@@ -103,9 +103,13 @@ int run_main(int argc, char** argv) {
   code = agree_on_exit(*comm, code, message);
   if (code != 0) return code;
 
-  // Run phase: an error on one rank ends the whole job through MPI_Abort with its exit code.
+  // Run phase: an error on one rank ends the whole job through MPI_Abort with its exit code; one
+  // that every rank met alike (agreed) is printed once and every rank exits with its code.
   try {
     return chosen->run(ctx);
+  } catch (const AgreedError& e) {
+    if (comm->rank() == 0) HT_ERROR("{}", e.what());
+    return static_cast<int>(e.code());
   } catch (const Error& e) {
     HT_ERROR("{}", e.what());
     if (comm->size() > 1) comm->abort(static_cast<int>(e.code()));

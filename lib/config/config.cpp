@@ -96,6 +96,34 @@ struct Codec<std::string> {
   }
 };
 
+template <>
+struct Codec<StepRange> {
+  static const char* type() { return "steps A:B"; }
+  static StepRange from_text(const std::string& key, const std::string& s) {
+    if (s.empty()) return {};
+    const auto colon = s.find(':');
+    StepRange r;
+    try {
+      size_t used_a = 0, used_b = 0;
+      if (colon == std::string::npos || colon == 0 || colon + 1 >= s.size()) throw std::invalid_argument("form");
+      r.first = std::stoll(s.substr(0, colon), &used_a);
+      r.last = std::stoll(s.substr(colon + 1), &used_b);
+      if (used_a != colon || used_b != s.size() - colon - 1) throw std::invalid_argument("trailing");
+    } catch (const std::logic_error&) {
+      bad(key, fmt::format("'{}' is not a step range A:B (e.g. 10:12; empty = none)", s));
+    }
+    if (r.first < 1 || r.last < r.first) bad(key, fmt::format("'{}' needs 1 <= A <= B", s));
+    return r;
+  }
+  static StepRange from_toml(const std::string& key, const toml::node& n) {
+    if (!n.is_string()) bad(key, "expected a string \"A:B\"");
+    return from_text(key, n.as_string()->get());
+  }
+  static std::string literal(const StepRange& r) {
+    return Codec<std::string>::literal(r.empty() ? std::string() : fmt::format("{}:{}", r.first, r.last));
+  }
+};
+
 template <typename E>
 struct Codec<E, std::enable_if_t<std::is_enum_v<E>>> {
   static std::string type() { return choices<E>(); }
@@ -169,7 +197,12 @@ const std::vector<Key>& keys() {
       HT_KEY(train, grad_clip, "clip gradients to this global norm; 0 = off"),
       HT_KEY(train, seed, "model init and dropout seed"),
       HT_KEY(train, device, "where to train: auto = cuda:<local rank> when CUDA is available"),
-      HT_KEY(train, autocast, "mixed precision of the forward pass (CUDA)"),
+      HT_KEY(train, autocast,
+             "mixed precision: bf16 matmuls and attention in the forward pass, fp32 weights, optimizer and loss "
+             "(CUDA, or a CPU with native bf16: AVX512-BF16 or AMX)"),
+      HT_KEY(train, autocast_emulated, "allow train.autocast = bf16 on a CPU without native bf16 (emulated, slow)"),
+      HT_KEY(train, optimizer_impl,
+             "AdamW kernel: fused (one kernel over all tensors), foreach, plain (per tensor); auto = fused"),
       HT_KEY(train, threads, "intra-op threads per rank; 0 = cores / ranks on the node"),
       HT_KEY(train, nan_policy, "what a NaN/inf loss does: stop the run or skip the step"),
       HT_KEY(train, peak_flops, "peak FLOP/s per rank for MFU; 0 = measure with a matmul at start"),
@@ -207,6 +240,8 @@ const std::vector<Key>& keys() {
       HT_KEY(log, level, "console verbosity"),
       HT_KEY(log, all_ranks, "show info lines of every rank (each prefixed with its rank)"),
       HT_KEY(log, metrics_file, "JSONL metrics file name inside output_dir"),
+      HT_KEY(log, trace_steps, "Chrome trace (Perfetto) of the phases of steps A..B, one file per rank in "
+                               "<output_dir>/trace/; empty = none"),
   };
   return k;
 }

@@ -23,6 +23,16 @@ enum class RecomputePolicy { kNone, kFull, kEveryK, kSelective };
 enum class OptimizerState { kLocal, kAverage };
 enum class OuterOptimizer { kAverage, kDiloco };
 enum class ExchangeDtype { kFp32, kBf16, kFp16 };
+enum class OptimizerImpl { kAuto, kFused, kForeach, kPlain };
+
+// An inclusive range of optimizer steps ("A:B" in config files), e.g. for log.trace_steps.
+// Empty (first = 0) means none.
+struct StepRange {
+  int64_t first = 0;
+  int64_t last = 0;
+  bool empty() const { return first == 0; }
+  bool contains(int64_t step) const { return !empty() && step >= first && step <= last; }
+};
 
 }  // namespace ht::config
 
@@ -45,6 +55,9 @@ HT_ENUM_NAMES(ht::config::OuterOptimizer, {ht::config::OuterOptimizer::kAverage,
               {ht::config::OuterOptimizer::kDiloco, "diloco"})
 HT_ENUM_NAMES(ht::config::ExchangeDtype, {ht::config::ExchangeDtype::kFp32, "fp32"},
               {ht::config::ExchangeDtype::kBf16, "bf16"}, {ht::config::ExchangeDtype::kFp16, "fp16"})
+HT_ENUM_NAMES(ht::config::OptimizerImpl, {ht::config::OptimizerImpl::kAuto, "auto"},
+              {ht::config::OptimizerImpl::kFused, "fused"}, {ht::config::OptimizerImpl::kForeach, "foreach"},
+              {ht::config::OptimizerImpl::kPlain, "plain"})
 HT_ENUM_NAMES(ht::log::Level, {ht::log::Level::kTrace, "trace"}, {ht::log::Level::kDebug, "debug"},
               {ht::log::Level::kInfo, "info"}, {ht::log::Level::kWarn, "warn"}, {ht::log::Level::kError, "error"})
 
@@ -88,6 +101,8 @@ struct TrainConfig {
   int64_t seed = 42;
   Device device = Device::kAuto;
   Autocast autocast = Autocast::kNone;
+  bool autocast_emulated = false;  // allow bf16 autocast on a CPU without native bf16 (slow)
+  OptimizerImpl optimizer_impl = OptimizerImpl::kAuto;
   int64_t threads = 0;            // intra-op threads per rank; 0 = cores / ranks on the node
   NanPolicy nan_policy = NanPolicy::kStop;
   double peak_flops = 0;          // FLOP/s per rank for MFU; 0 = measured at start
@@ -137,6 +152,7 @@ struct LogConfig {
   log::Level level = log::Level::kInfo;
   bool all_ranks = false;
   std::string metrics_file = "metrics.jsonl";
+  StepRange trace_steps;  // Chrome trace of these steps' phases, one file per rank
 };
 
 struct Config {

@@ -113,6 +113,9 @@ void validate(const Config& c) {
   if (c.checkpoint.keep < 2) bad("checkpoint.keep", "must be >= 2 so a damaged newest file has a fallback");
   if (c.log.every_steps < 1) bad("log.every_steps", "must be >= 1");
   if (c.log.metrics_file.empty()) bad("log.metrics_file", "must not be empty");
+  if (c.train.autocast == Autocast::kBf16 && c.recompute.policy == RecomputePolicy::kSelective)
+    bad("recompute.policy", "selective does not support train.autocast = bf16 (its hand-written linear backward is "
+                            "fp32); use full or every_k with autocast");
   check_fits_in_memory(c);
 }
 

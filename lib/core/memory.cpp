@@ -30,22 +30,29 @@ void raise_peak(int64_t now) {
   }
 }
 
-// The DataPtr context of a counted allocation: the wrapped allocator's DataPtr and the size,
-// so the deleter can count the free and then release the memory through the original deleter.
-struct Counted {
-  c10::DataPtr inner;
+// A counted allocation carries a header in front of the data: its size and the base allocator's
+// raw deleter. The DataPtr's context is the data pointer itself, as with the default allocator,
+// so the raw allocate/deallocate interface that some ATen kernels use (e.g. bf16 and fused
+// optimizer scratch buffers) keeps working through the counter.
+constexpr size_t kHeaderBytes = 64;  // keeps the data 64-byte aligned like the default allocator's
+struct Header {
   int64_t bytes;
+  c10::DeleterFnPtr base_delete;
 };
 
-void delete_counted(void* ctx) {
-  auto* c = static_cast<Counted*>(ctx);
-  g_current.fetch_sub(c->bytes, std::memory_order_relaxed);
-  delete c;  // ~DataPtr frees through the original allocator
+void delete_counted(void* data) {
+  auto* base = static_cast<char*>(data) - kHeaderBytes;
+  const Header h = *reinterpret_cast<Header*>(base);
+  g_current.fetch_sub(h.bytes, std::memory_order_relaxed);
+  h.base_delete(base);
 }
 
 class CountingCpuAllocator final : public c10::Allocator {
  public:
-  explicit CountingCpuAllocator(c10::Allocator* base) : base_(base) {}
+  explicit CountingCpuAllocator(c10::Allocator* base) : base_(base) {
+    HT_REQUIRE(base_->raw_deleter() != nullptr, ExitCode::kRuntime,
+               "the CPU allocator in place has no raw interface; the memory counter cannot wrap it");
+  }
 
   c10::DataPtr allocate(size_t n) override {
     const auto bytes = static_cast<int64_t>(n);
@@ -59,17 +66,19 @@ class CountingCpuAllocator final : public c10::Allocator {
               bytes, now, limit);
     }
     raise_peak(now);
-    c10::DataPtr inner;
+    char* base = nullptr;
     try {
-      inner = base_->allocate(n);
+      base = static_cast<char*>(base_->raw_allocate(n + kHeaderBytes));
     } catch (...) {
       g_current.fetch_sub(bytes, std::memory_order_relaxed);
       throw;
     }
-    void* data = inner.get();
-    const c10::Device device = inner.device();
-    return c10::DataPtr(data, new Counted{std::move(inner), bytes}, &delete_counted, device);
+    *reinterpret_cast<Header*>(base) = Header{bytes, base_->raw_deleter()};
+    void* data = base + kHeaderBytes;
+    return c10::DataPtr(data, data, &delete_counted, c10::Device(c10::DeviceType::CPU));
   }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_counted; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);

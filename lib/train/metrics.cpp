@@ -51,11 +51,22 @@ void report_step(MetricsWriter& metrics, const StepReport& r, const SyncStats& s
   const double tokens_per_s = static_cast<double>(r.global_tokens) / r.step_seconds;
   const double mfu = r.flops_per_token * tokens_per_s / (r.peak_flops_per_rank * r.world_size);
   const double eta_s = r.step_seconds * static_cast<double>(r.total_steps - r.step);
+  std::string phases;
+  nlohmann::json phase_json = nlohmann::json::object();
+  for (int i = 0; i < kNumPhases; ++i) {
+    const auto k = static_cast<size_t>(i);
+    phase_json[phase_name(static_cast<Phase>(i))] = {
+        {"rank0", r.phase_mine[k]}, {"min", r.phase_min[k]}, {"median", r.phase_median[k]}, {"max", r.phase_max[k]}};
+    if (r.phase_max[k] >= 5e-4)
+      phases += fmt::format(" {} {:.0f}/{:.0f}", phase_name(static_cast<Phase>(i)), 1e3 * r.phase_median[k],
+                            1e3 * r.phase_max[k]);
+  }
   HT_INFO("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tok/s | MFU {:.1f}% | act peak {:.1f} MiB"
-          " | eta {:.0f}s",
+          " | eta {:.0f}s | ms/step median/max over ranks:{}",
           r.step, r.total_steps, r.loss, r.lr, r.grad_norm, tokens_per_s, 100.0 * mfu,
-          static_cast<double>(r.peak_step_bytes) / (1 << 20), eta_s);
+          static_cast<double>(r.peak_step_bytes) / (1 << 20), eta_s, phases);
   metrics.write({{"step", r.step},
+                 {"phase_s", phase_json},
                  {"loss", r.loss},
                  {"lr", r.lr},
                  {"grad_norm", r.grad_norm},
@@ -89,10 +100,11 @@ void report_eval(MetricsWriter& metrics, const EvalResult& r, int64_t step, int6
   metrics.write(line);
 }
 
-double measure_peak_flops(const torch::Device& device) {
+double measure_peak_flops(const torch::Device& device, torch::ScalarType dtype) {
   const int64_t n = device.is_cuda() ? 4096 : 1024;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(12345);
-  auto a = torch::randn({n, n}, gen, torch::kFloat).to(device), b = torch::randn({n, n}, gen, torch::kFloat).to(device);
+  auto a = torch::randn({n, n}, gen, torch::kFloat).to(device, dtype);
+  auto b = torch::randn({n, n}, gen, torch::kFloat).to(device, dtype);
   auto sync = [&] {
     if (device.is_cuda()) torch::cuda::synchronize(device.index());
   };

@@ -9,6 +9,7 @@
 
 #include "train/evaluate.h"
 #include "train/local_sgd.h"
+#include "train/phases.h"
 
 namespace ht::train {
 
@@ -37,6 +38,9 @@ struct StepReport {
   int64_t peak_step_bytes = 0; // counted tensor memory above the step's start (activations)
   double flops_per_token = 0.0, peak_flops_per_rank = 0.0;
   int world_size = 1;
+  // Mean seconds per step of each phase over the logging interval: this rank's, and the minimum,
+  // median and maximum over ranks (a straggler shows as a wide max).
+  PhaseSeconds phase_mine{}, phase_min{}, phase_median{}, phase_max{};
 };
 
 // Console line (rank 0) and metrics.jsonl line of a training step.
@@ -45,9 +49,10 @@ void report_step(MetricsWriter& metrics, const StepReport& r, const SyncStats& s
 void report_eval(MetricsWriter& metrics, const EvalResult& r, int64_t step, int64_t epoch, double seconds,
                  const char* reason);
 
-// Measures the FLOP/s of a square fp32 matmul on this device with the current thread count
-// (best of 5 runs of ~0.1 s), as the MFU denominator when train.peak_flops = 0. Its operands come
-// from a private generator: the run's random streams are not touched.
-double measure_peak_flops(const torch::Device& device);
+// Measures the FLOP/s of a square matmul in `dtype` (the precision in use: fp32, or bf16 under
+// autocast) on this device with the current thread count (best of 5 runs of ~0.1 s), as the MFU
+// denominator when train.peak_flops = 0. Its operands come from a private generator: the run's
+// random streams are not touched.
+double measure_peak_flops(const torch::Device& device, torch::ScalarType dtype);
 
 }  // namespace ht::train

@@ -4,7 +4,7 @@
 
 namespace ht::train {
 
-std::unique_ptr<torch::optim::AdamW> make_adamw(torch::nn::Module& model, const config::TrainConfig& cfg) {
+std::unique_ptr<AdamW> make_adamw(torch::nn::Module& model, const config::TrainConfig& cfg) {
   std::vector<torch::Tensor> decay, no_decay;
   for (const auto& p : model.named_parameters()) {
     const auto& name = p.key();
@@ -20,7 +20,7 @@ std::unique_ptr<torch::optim::AdamW> make_adamw(torch::nn::Module& model, const 
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(decay, std::move(with_decay));
   groups.emplace_back(no_decay, std::move(without_decay));
-  return std::make_unique<torch::optim::AdamW>(std::move(groups), base);
+  return std::make_unique<AdamW>(std::move(groups), base, cfg.optimizer_impl);
 }
 
 LrSchedule::LrSchedule(const config::TrainConfig& cfg, int64_t total_steps)

@@ -8,11 +8,13 @@
 #include <vector>
 
 #include "config/config.h"
+#include "train/adamw.h"
 
 namespace ht::train {
 
 // Group 0: 2-D weights of Linear layers (decayed). Group 1: norms, biases, embeddings (not decayed).
-std::unique_ptr<torch::optim::AdamW> make_adamw(torch::nn::Module& model, const config::TrainConfig& cfg);
+// The kernel is train.optimizer_impl (train/adamw.h).
+std::unique_ptr<AdamW> make_adamw(torch::nn::Module& model, const config::TrainConfig& cfg);
 
 // Linear warmup to lr, then cosine or linear decay to min_lr at total_steps (or constant).
 class LrSchedule {

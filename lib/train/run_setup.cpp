@@ -7,8 +7,23 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "train/train_step.h"
 
 namespace ht::train {
+
+namespace {
+
+// bf16 autocast on a CPU that lacks native bf16 runs emulated, several times slower than fp32.
+void check_precision(const config::Config& cfg) {
+  if (cfg.train.autocast != config::Autocast::kBf16 || cfg.train.autocast_emulated) return;
+  const bool cpu = cfg.train.device == config::Device::kCpu ||
+                   (cfg.train.device == config::Device::kAuto && !torch::cuda::is_available());
+  HT_REQUIRE(!cpu || cpu_has_native_bf16(), ExitCode::kUsage,
+             "config key 'train.autocast': bf16 on this CPU would be emulated (ATen reports neither AVX512-BF16 nor "
+             "AMX-BF16), slower than fp32; use train.autocast = none, or set train.autocast_emulated = true");
+}
+
+}  // namespace
 
 RunSetup resolve_run(const config::Config& in) {
   RunSetup s;
@@ -33,6 +48,7 @@ RunSetup resolve_run(const config::Config& in) {
                cfg.data.path);
   }
   config::validate(cfg);
+  check_precision(cfg);
   return s;
 }
 

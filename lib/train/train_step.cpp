@@ -1,6 +1,7 @@
 #include "train/train_step.h"
 
 #include <ATen/autocast_mode.h>
+#include <ATen/cpu/Utils.h>
 #include <torch/nn/functional/loss.h>
 
 #include <cmath>
@@ -8,15 +9,29 @@
 namespace ht::train {
 
 AutocastScope::AutocastScope(config::Autocast mode, const torch::Device& device)
-    : enabled_(mode == config::Autocast::kBf16 && device.is_cuda()) {
+    : enabled_(mode == config::Autocast::kBf16), type_(device.type()) {
   if (!enabled_) return;
-  prev_ = at::autocast::is_autocast_enabled(at::kCUDA);
-  at::autocast::set_autocast_enabled(at::kCUDA, true);
-  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+  prev_ = at::autocast::is_autocast_enabled(type_);
+  prev_dtype_ = at::autocast::get_autocast_dtype(type_);
+  at::autocast::set_autocast_enabled(type_, true);
+  at::autocast::set_autocast_dtype(type_, at::kBFloat16);
+  at::autocast::increment_nesting();
 }
 
 AutocastScope::~AutocastScope() {
-  if (enabled_) at::autocast::set_autocast_enabled(at::kCUDA, prev_);
+  if (!enabled_) return;
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_autocast_enabled(type_, prev_);
+  at::autocast::set_autocast_dtype(type_, prev_dtype_);
+}
+
+bool cpu_has_native_bf16() {
+  const auto caps = at::cpu::get_cpu_capabilities();
+  for (const char* key : {"avx512_bf16", "amx_bf16"}) {
+    auto it = caps.find(key);
+    if (it != caps.end() && it->second.isBool() && it->second.toBool()) return true;
+  }
+  return false;
 }
 
 torch::Tensor micro_batch_loss(model::Gpt& gpt, const data::Batch& batch, const torch::Device& device,
@@ -30,15 +45,24 @@ torch::Tensor micro_batch_loss(model::Gpt& gpt, const data::Batch& batch, const 
 }
 
 AccumulatedLoss accumulate_gradients(model::Gpt& gpt, data::Loader& loader, int64_t grad_accum,
-                                     const torch::Device& device, config::Autocast autocast) {
+                                     const torch::Device& device, config::Autocast autocast, PhaseClock& clock) {
   AccumulatedLoss out;
   double loss_sum = 0.0;
   for (int64_t m = 0; m < grad_accum; ++m) {
-    const data::Batch batch = loader.next();
+    data::Batch batch;
+    {
+      PhaseClock::Scope data_wait(clock, Phase::kData);
+      batch = loader.next();
+    }
     out.tokens += batch.num_tokens;
-    auto loss = micro_batch_loss(gpt, batch, device, autocast);
+    torch::Tensor loss;
+    {
+      PhaseClock::Scope forward(clock, Phase::kForward);
+      loss = micro_batch_loss(gpt, batch, device, autocast);
+      loss_sum += loss.item<double>();  // waits for the forward on a GPU, so the phases stay apart
+    }
+    PhaseClock::Scope backward(clock, Phase::kBackward);
     (loss / static_cast<double>(grad_accum)).backward();
-    loss_sum += loss.item<double>();
   }
   out.mean_loss = loss_sum / static_cast<double>(grad_accum);
   out.finite = std::isfinite(out.mean_loss);

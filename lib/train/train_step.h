@@ -10,10 +10,13 @@
 #include "data/batch.h"
 #include "data/loader.h"
 #include "model/gpt.h"
+#include "train/phases.h"
 
 namespace ht::train {
 
-// Autocast of the forward pass as train.autocast asks (bf16 on CUDA), restored on scope exit.
+// Autocast of the forward pass as train.autocast asks (bf16 on the device's type, CPU or CUDA),
+// restored on scope exit. Leaving the outermost scope clears autocast's cache of low-precision
+// weight copies, as torch.autocast does: the optimizer changes the weights before the next forward.
 class AutocastScope {
  public:
   AutocastScope(config::Autocast mode, const torch::Device& device);
@@ -24,7 +27,12 @@ class AutocastScope {
  private:
   bool enabled_ = false;
   bool prev_ = false;
+  c10::DeviceType type_ = c10::DeviceType::CPU;
+  at::ScalarType prev_dtype_ = at::kBFloat16;
 };
+
+// True when this CPU multiplies bf16 natively (ATen reports AVX512-BF16 or AMX-BF16).
+bool cpu_has_native_bf16();
 
 // Loss of one micro-batch (cross-entropy in fp32): next-token for causal-lm, label for classification.
 torch::Tensor micro_batch_loss(model::Gpt& gpt, const data::Batch& batch, const torch::Device& device,
@@ -37,7 +45,8 @@ struct AccumulatedLoss {
 };
 
 // grad_accum micro-batches: forward, scaled backward; gradients accumulate into the parameters'.
+// The clock gets the data wait, forward and backward time.
 AccumulatedLoss accumulate_gradients(model::Gpt& gpt, data::Loader& loader, int64_t grad_accum,
-                                     const torch::Device& device, config::Autocast autocast);
+                                     const torch::Device& device, config::Autocast autocast, PhaseClock& clock);
 
 }  // namespace ht::train

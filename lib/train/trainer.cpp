@@ -2,12 +2,14 @@
 
 #include <ATen/Context.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
 #include "checkpoint/checkpoint.h"
 #include "comm/agree.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/log.h"
 #include "core/memory.h"
 #include "core/signals.h"
@@ -55,6 +57,7 @@ struct Trainer::Impl {
   double flops_per_token = 0.0;
   std::string dataset_identity;  // of the data this run trains on, stored in its checkpoints
   std::string run_id;            // this run's lineage: kept across resumes, rotation deletes only its files
+  PhaseClock clock;
 
   Impl(const RunSetup& s, comm::Communicator& c) : cfg(s.cfg), data(s.data), comm(c) {}
 
@@ -66,6 +69,10 @@ struct Trainer::Impl {
   void resume_from(const ResumeRequest& resume);
   void log_start() const;
   bool evaluation_due() const;
+  void start_trace();
+  // Collective (every rank logs at the same steps): mean phase seconds per step since the last
+  // log line, with min / median / max over ranks.
+  void fill_phases(StepReport& r);
   void run_eval(const char* reason);
   void save_checkpoint(const char* reason);
   // One optimizer step; false when a non-finite loss stops the run.
@@ -100,7 +107,11 @@ void Trainer::Impl::build(const ResumeRequest& resume) {
   flops_per_token = gpt->flops_per_token(cfg.model.seq_len);
   dataset_identity = data->identity();
   run_id = comm.broadcast_string(comm.rank() == 0 ? checkpoint::new_run_id() : std::string(), 0);
-  peak_flops = cfg.train.peak_flops > 0 ? cfg.train.peak_flops : measure_peak_flops(device);
+  peak_flops = cfg.train.peak_flops > 0
+                   ? cfg.train.peak_flops
+                   : measure_peak_flops(device, cfg.train.autocast == config::Autocast::kBf16 ? torch::kBFloat16
+                                                                                             : torch::kFloat);
+  start_trace();
   if (comm.rank() == 0) std::ofstream(cfg.train.output_dir + "/config.toml") << config::to_toml(cfg);
   // Last: the restored state (RNG streams included) is what the first step sees.
   resume_from(resume);
@@ -124,6 +135,36 @@ void Trainer::Impl::resume_from(const ResumeRequest& resume) {
   if (!snap->run_id.empty()) run_id = snap->run_id;
   HT_INFO("resumed at step {} ({} tokens seen, loader epoch {}, sample {})", counters.step, counters.tokens_seen,
           loader->state().epoch, loader->state().samples_consumed);
+}
+
+void Trainer::Impl::start_trace() {
+  const config::StepRange range = cfg.log.trace_steps;
+  if (range.empty()) return;
+  const std::string dir = cfg.train.output_dir + "/trace";
+  const std::string path = fmt::format("{}/rank{}.json", dir, comm.rank());
+  comm::run_agreed(comm, [&] {
+    HT_REQUIRE(range.last <= total, ExitCode::kUsage,
+               "config key 'log.trace_steps': steps {}..{} are outside the run (steps 1..{})", range.first, range.last,
+               total);
+    fs::ensure_writable_dir(dir, "log.trace_steps directory");
+    clock.enable_trace(path, range, comm.rank());
+  });
+}
+
+void Trainer::Impl::fill_phases(StepReport& r) {
+  int64_t steps = 0;
+  const PhaseSeconds totals = clock.take(&steps);
+  for (size_t i = 0; i < totals.size(); ++i) r.phase_mine[i] = totals[i] / static_cast<double>(std::max<int64_t>(1, steps));
+  std::vector<double> all(static_cast<size_t>(comm.size() * kNumPhases));
+  comm.allgather(r.phase_mine.data(), all.data(), sizeof(double) * kNumPhases);
+  for (size_t i = 0; i < static_cast<size_t>(kNumPhases); ++i) {
+    std::vector<double> v;
+    for (int rank = 0; rank < comm.size(); ++rank) v.push_back(all[static_cast<size_t>(rank) * kNumPhases + i]);
+    std::sort(v.begin(), v.end());
+    r.phase_min[i] = v.front();
+    r.phase_max[i] = v.back();
+    r.phase_median[i] = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  }
 }
 
 void Trainer::Impl::log_start() const {
@@ -151,6 +192,7 @@ bool Trainer::Impl::evaluation_due() const {
 // evaluation and the replica's own values swapped back afterwards, bit for bit.
 void Trainer::Impl::run_eval(const char* reason) {
   if (!eval_reader) return;
+  PhaseClock::Scope phase(clock, Phase::kEval);
   Stopwatch sw;
   std::vector<torch::Tensor> own;
   const auto& sync = local_sgd->sync_tensors();
@@ -172,6 +214,7 @@ void Trainer::Impl::run_eval(const char* reason) {
 
 // Passive: the file holds the averaged model and each replica; the training goes on unchanged.
 void Trainer::Impl::save_checkpoint(const char* reason) {
+  PhaseClock::Scope phase(clock, Phase::kCheckpoint);
   Stopwatch sw;
   const auto path = checkpoints->save(
       capture_state(refs(), counters, RunInfo{config::to_toml(cfg), dataset_identity, run_id}, comm), counters.step);
@@ -183,31 +226,49 @@ bool Trainer::Impl::step(bool& signalled) {
   memory::reset_cpu_peak();
   const int64_t live_before = memory::cpu_current_bytes();
   const double lr = schedule->apply(*optimizer, counters.step);
-  optimizer->zero_grad(/*set_to_none=*/!local_sgd->keep_gradients());
+  clock.set_step(counters.step + 1);
+  // In place: backward accumulates into the existing gradient storage (the flat exchange buffer
+  // when gradients are averaged) instead of allocating every gradient again each step.
+  optimizer->zero_grad(/*set_to_none=*/false);
   const AccumulatedLoss acc =
-      accumulate_gradients(gpt, *loader, cfg.train.grad_accum_steps, device, cfg.train.autocast);
+      accumulate_gradients(gpt, *loader, cfg.train.grad_accum_steps, device, cfg.train.autocast, clock);
   maybe_inject_failure(comm.rank(), counters.step + 1);
   const int64_t peak_bytes = memory::cpu_peak_bytes() - live_before;
   // One tiny collective per step: any rank with a non-finite loss, any rank with a signal.
   int64_t flags[2] = {acc.finite ? 0 : 1, signals::pending() ? 1 : 0};
-  comm.allreduce(flags, 2, comm::DType::kI64, comm::ReduceOp::kMax);
+  {
+    PhaseClock::Scope phase(clock, Phase::kComm);
+    comm.allreduce(flags, 2, comm::DType::kI64, comm::ReduceOp::kMax);
+  }
   signalled = flags[1] != 0;
   if (flags[0]) {
     if (cfg.train.nan_policy == config::NanPolicy::kSkip) {
       HT_WARN("step {}: non-finite loss on some rank; step skipped (train.nan_policy = skip)", counters.step);
       optimizer->zero_grad(true);
       ++counters.step;
+      clock.count_step();
       return true;
     }
     HT_ERROR("step {}: non-finite loss ({} on this rank); stopping. Last metrics line in {}/{}", counters.step + 1,
              acc.mean_loss, cfg.train.output_dir, cfg.log.metrics_file);
     return false;
   }
-  local_sgd->after_backward();
-  const double grad_norm = clip_grad_norm(*gpt, cfg.train.grad_clip);
-  optimizer->step();
+  {
+    PhaseClock::Scope phase(clock, Phase::kComm);
+    local_sgd->after_backward();
+  }
+  double grad_norm = 0.0;
+  {
+    PhaseClock::Scope phase(clock, Phase::kOptimizer);
+    grad_norm = clip_grad_norm(*gpt, cfg.train.grad_clip);
+    optimizer->step();
+  }
   ++counters.step;
-  local_sgd->step();
+  {
+    PhaseClock::Scope phase(clock, Phase::kComm);
+    local_sgd->step();
+  }
+  clock.count_step();
   counters.tokens_seen += acc.tokens * comm.size();
   if (counters.step % cfg.log.every_steps == 0 || counters.step == 1 || counters.step == total) {
     StepReport r;
@@ -223,6 +284,7 @@ bool Trainer::Impl::step(bool& signalled) {
     r.flops_per_token = flops_per_token;
     r.peak_flops_per_rank = peak_flops;
     r.world_size = comm.size();
+    fill_phases(r);
     report_step(*metrics, r, local_sgd->stats());
   }
   return true;
@@ -247,6 +309,7 @@ int Trainer::Impl::run() {
   local_sgd->finish();
   if (cfg.eval.strategy != config::EvalStrategy::kNo && !evaluation_due()) run_eval("end of training");
   if (cfg.checkpoint.save_final) save_checkpoint("final");
+  clock.finish_trace();
   HT_INFO("training finished: {} steps, {} tokens", counters.step, counters.tokens_seen);
   return 0;
 }

@@ -141,6 +141,46 @@ PY
         || fail "eval_loss $got with $np ranks differs from $want"
     done
     ;;
+  speed_features)
+    # bf16 autocast on CPU, the fused optimizer, per-phase timers and a Chrome trace of steps 2..3
+    lm_data
+    expect_rc 0 mpi 2 "$HPCTRAIN" train --set data.path="$WORK/lm.h5" --set train.output_dir="$WORK/run" "${TINY[@]}" \
+      --set train.max_steps=4 --set log.every_steps=1 --set eval.strategy=no --set train.autocast=bf16 \
+      --set train.optimizer_impl=fused --set log.trace_steps=2:3
+    expect_text "ms/step median/max over ranks: .*forward [0-9]*/[0-9]* backward"
+    python3 - "$WORK/run" <<'PY' || fail "phases / trace"
+import json, sys
+run = sys.argv[1]
+lines = [json.loads(l) for l in open(f"{run}/metrics.jsonl") if '"loss"' in l]
+assert len(lines) == 4
+for l in lines:
+    ph = l["phase_s"]
+    for name in ("data", "forward", "backward", "comm", "optimizer", "eval", "checkpoint"):
+        p = ph[name]
+        assert p["min"] <= p["median"] <= p["max"], (name, p)
+    assert ph["forward"]["median"] > 0 and ph["backward"]["median"] > 0 and ph["optimizer"]["median"] > 0
+for rank in (0, 1):
+    t = json.load(open(f"{run}/trace/rank{rank}.json"))
+    ev = [e for e in t["traceEvents"] if e.get("ph") == "X"]
+    steps = sorted({e["args"]["step"] for e in ev})
+    names = {e["name"] for e in ev}
+    assert steps == [2, 3], steps
+    assert {"data", "forward", "backward", "optimizer", "comm"} <= names, names
+    assert all(e["pid"] == rank and e["dur"] >= 0 for e in ev)
+print(f"--- 4 steps with phase min/median/max; traces of steps 2..3 on both ranks ({len(ev)} events on rank 1)")
+PY
+    expect_rc 1 mpi 2 "$HPCTRAIN" train --set data.path="$WORK/lm.h5" --set train.output_dir="$WORK/run2" "${TINY[@]}" \
+      --set train.max_steps=4 --set eval.strategy=no --set log.trace_steps=3:9
+    expect_text "config key 'log.trace_steps': steps 3..9 are outside the run (steps 1..4)"
+    [ "$(grep -c "outside the run" "$WORK/out.txt")" -eq 1 ] || fail "the trace range error was printed more than once"
+    mkdir -p "$WORK/run3" && echo x >"$WORK/run3/trace"
+    expect_rc 2 mpi 2 "$HPCTRAIN" train --set data.path="$WORK/lm.h5" --set train.output_dir="$WORK/run3" "${TINY[@]}" \
+      --set train.max_steps=4 --set eval.strategy=no --set log.trace_steps=1:2
+    expect_text "log.trace_steps directory $WORK/run3/trace cannot be created"
+    expect_rc 1 mpi 2 "$HPCTRAIN" train --set data.path="$WORK/lm.h5" --set train.output_dir="$WORK/run4" "${TINY[@]}" \
+      --set train.autocast=bf16 --set recompute.policy=selective
+    expect_text "recompute.policy"
+    ;;
   *) fail "unknown case" ;;
 esac
 echo "PASS($CASE)"

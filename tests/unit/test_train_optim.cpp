@@ -1,6 +1,9 @@
 // Optimizer pieces: accumulation equals one large batch, decay groups, schedule, clipping, macro-F1.
 #include <gtest/gtest.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include "config/config.h"
@@ -130,4 +133,50 @@ TEST(Metrics, MacroF1HandComputed) {
   // A label that is predicted but never true counts with F1 = 0.
   const std::vector<int64_t> c2 = {1, 1, 0, 0};  // t0: p0=1, p1=1 -> class0 F1 2/3; class1 tp0 fp1 -> 0
   EXPECT_NEAR(ht::train::macro_f1(c2, 2), (2.0 / 3 + 0.0) / 2, 1e-12);
+}
+
+namespace {
+// 20 AdamW steps of the tiny GPT's parameters with the given kernel, on the same sequence of
+// random gradients (independent of the parameters, so that only the kernels' rounding differs).
+std::vector<torch::Tensor> adamw_run(ht::config::OptimizerImpl impl) {
+  torch::manual_seed(11);
+  ht::model::Gpt gpt(tiny());
+  ht::config::TrainConfig tc;
+  tc.lr = 1e-2;
+  tc.weight_decay = 0.1;
+  tc.optimizer_impl = impl;
+  auto opt = ht::train::make_adamw(*gpt, tc);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  for (int s = 0; s < 20; ++s) {
+    for (auto& p : gpt->parameters()) p.mutable_grad() = torch::randn(p.sizes(), gen);
+    opt->step();
+  }
+  std::vector<torch::Tensor> out;
+  for (const auto& p : gpt->parameters()) out.push_back(p.detach().clone());
+  for (const auto& p : gpt->parameters()) {
+    const auto& st = static_cast<torch::optim::AdamWParamState&>(*opt->state().at(p.unsafeGetTensorImpl()));
+    EXPECT_EQ(st.step(), 20);
+    out.push_back(st.exp_avg().clone());
+    out.push_back(st.exp_avg_sq().clone());
+  }
+  return out;
+}
+}  // namespace
+
+// foreach runs torch::optim::AdamW's arithmetic op for op: bitwise equal. fused is one kernel with
+// its own rounding order: within a few float ulp of plain after 20 steps, parameters and moments.
+TEST(Optim, AdamWKernelsAgreeWithThePlainOne) {
+  const auto plain = adamw_run(ht::config::OptimizerImpl::kPlain);
+  const auto foreach_ = adamw_run(ht::config::OptimizerImpl::kForeach);
+  const auto fused = adamw_run(ht::config::OptimizerImpl::kFused);
+  ASSERT_EQ(plain.size(), fused.size());
+  double worst = 0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_TRUE(torch::equal(plain[i], foreach_[i])) << "tensor " << i;
+    const auto scale = plain[i].abs().max().item<double>() + 1e-30;
+    worst = std::max(worst, (plain[i] - fused[i]).abs().max().item<double>() / scale);
+  }
+  EXPECT_LT(worst, 1e-5) << "fused AdamW drifted from plain by " << worst << " (relative to each tensor's max)";
+  EXPECT_EQ(ht::train::make_adamw(*ht::model::Gpt(tiny()), ht::config::TrainConfig{})->impl(),
+            ht::config::OptimizerImpl::kFused);  // auto
 }

@@ -1,0 +1,69 @@
+#include "train/phases.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace ht::train {
+
+const char* phase_name(Phase p) {
+  switch (p) {
+    case Phase::kData: return "data";
+    case Phase::kForward: return "forward";
+    case Phase::kBackward: return "backward";
+    case Phase::kComm: return "comm";
+    case Phase::kOptimizer: return "optimizer";
+    case Phase::kEval: return "eval";
+    case Phase::kCheckpoint: return "checkpoint";
+  }
+  return "?";
+}
+
+PhaseClock::Scope::Scope(PhaseClock& clock, Phase phase) : clock_(clock), phase_(phase), start_s_(clock.clock_.seconds()) {}
+
+PhaseClock::Scope::~Scope() { clock_.record(phase_, start_s_, clock_.clock_.seconds() - start_s_); }
+
+void PhaseClock::record(Phase phase, double start_s, double seconds) {
+  totals_[static_cast<size_t>(phase)] += seconds;
+  if (trace_range_.contains(step_)) events_.push_back({phase, step_, start_s, seconds});
+}
+
+void PhaseClock::enable_trace(const std::string& path, config::StepRange range, int rank) {
+  trace_range_ = range;
+  trace_path_ = path;
+  rank_ = rank;
+  trace_.open(path, std::ios::trunc);
+  HT_REQUIRE(trace_.good(), ExitCode::kData, "log.trace_steps: cannot write the trace file {}", path);
+}
+
+PhaseSeconds PhaseClock::take(int64_t* steps) {
+  const PhaseSeconds out = totals_;
+  if (steps) *steps = steps_;
+  totals_ = {};
+  steps_ = 0;
+  if (!trace_range_.empty() && step_ > trace_range_.last) finish_trace();
+  return out;
+}
+
+void PhaseClock::finish_trace() {
+  if (!trace_.is_open()) return;
+  nlohmann::json events = nlohmann::json::array();
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank_}, {"args", {{"name", "rank " + std::to_string(rank_)}}}});
+  for (const Event& e : events_)
+    events.push_back({{"name", phase_name(e.phase)},
+                      {"cat", "step " + std::to_string(e.step)},
+                      {"ph", "X"},
+                      {"pid", rank_},
+                      {"tid", 0},
+                      {"ts", e.start_s * 1e6},
+                      {"dur", e.seconds * 1e6},
+                      {"args", {{"step", e.step}}}});
+  trace_ << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << '\n';
+  trace_.close();
+  HT_INFO("trace of steps {}..{} written: {} ({} events)", trace_range_.first, trace_range_.last, trace_path_,
+          events_.size());
+  events_.clear();
+}
+
+}  // namespace ht::train

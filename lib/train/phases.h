@@ -1,0 +1,68 @@
+// Where a training step's time goes: wall time per phase (data wait, forward, backward,
+// communication, optimizer, evaluation, checkpoint), summed over a logging interval, and a Chrome
+// trace (trace-event JSON, viewable in Perfetto or chrome://tracing) of the steps log.trace_steps names.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "core/timer.h"
+
+namespace ht::train {
+
+enum class Phase { kData, kForward, kBackward, kComm, kOptimizer, kEval, kCheckpoint };
+inline constexpr int kNumPhases = 7;
+const char* phase_name(Phase p);
+
+using PhaseSeconds = std::array<double, kNumPhases>;
+
+class PhaseClock {
+ public:
+  // Times one phase from construction to destruction.
+  class Scope {
+   public:
+    Scope(PhaseClock& clock, Phase phase);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    PhaseClock& clock_;
+    Phase phase_;
+    double start_s_;
+  };
+
+  // Steps in `range` are traced into `path` (opened now: an unwritable path is an error before
+  // training starts, naming it). pid in the trace = rank.
+  void enable_trace(const std::string& path, config::StepRange range, int rank);
+  // The optimizer step now running (1-based), for the trace.
+  void set_step(int64_t step) { step_ = step; }
+  // Seconds per phase since the last take(), and the number of steps they cover; resets both.
+  PhaseSeconds take(int64_t* steps);
+  void count_step() { ++steps_; }
+  // Writes the trace file (once the traced range has passed, or at the end of the run).
+  void finish_trace();
+
+ private:
+  struct Event {
+    Phase phase;
+    int64_t step;
+    double start_s, seconds;
+  };
+  void record(Phase phase, double start_s, double seconds);
+
+  Stopwatch clock_;
+  PhaseSeconds totals_{};
+  int64_t steps_ = 0;
+  int64_t step_ = 0;
+  config::StepRange trace_range_;
+  std::string trace_path_;
+  std::ofstream trace_;
+  std::vector<Event> events_;
+  int rank_ = 0;
+};
+
+}  // namespace ht::train

@@ -20,6 +20,7 @@ APT_PACKAGES=(
   fortunes fortunes-de fortunes-it fortunes-es fortunes-pl fortunes-cs
   gnuplot-nox unzip
   slurm-wlm munge
+  clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer and clang's sanitizer runtimes
 )
 
 die() { echo "hpctrain setup: $*" >&2; exit 1; }

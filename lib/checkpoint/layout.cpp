@@ -135,22 +135,31 @@ void keyed(const std::string& path, const std::string& key, F&& f) {
   }
 }
 
+// (Loops without structured bindings: C++17 lambdas cannot capture those; clang refuses it.)
 void write_body(hid_t file, const std::string& path, const Snapshot& s, const std::vector<TensorMap>& per_rank) {
-  for (const auto& [k, v] : s.strings) {
+  for (const auto& kv : s.strings) {
+    const std::string& k = kv.first;
+    const auto& v = kv.second;
     check_key(k, false);
     HT_REQUIRE(!s.tensors.count(k), ExitCode::kData, "checkpoint key '{}' is both a string and a tensor", k);
     keyed(path, k, [&] { write_checked_string(file, k, v); });
   }
-  for (const auto& [k, v] : s.ints) {
+  for (const auto& kv : s.ints) {
+    const std::string& k = kv.first;
+    const auto& v = kv.second;
     check_key(k, true);
     keyed(path, "state/" + k, [&] { io::write<int64_t>(file, "state/" + k, {v}); });
   }
-  for (const auto& [k, v] : s.reals) {
+  for (const auto& kv : s.reals) {
+    const std::string& k = kv.first;
+    const auto& v = kv.second;
     HT_REQUIRE(!s.ints.count(k), ExitCode::kData, "checkpoint key '{}' is both an int and a real", k);
     keyed(path, "state/" + k, [&] { io::write<double>(file, "state/" + k, {v}); });
   }
   size_t written = 0;
-  for (const auto& [k, v] : s.tensors) {
+  for (const auto& kv : s.tensors) {
+    const std::string& k = kv.first;
+    const auto& v = kv.second;
     check_key(k, false);
     keyed(path, k, [&] { write_tensor(file, k, v); });
     if (++written == s.tensors.size() / 2) slow_save_hook(file);
@@ -159,7 +168,9 @@ void write_body(hid_t file, const std::string& path, const Snapshot& s, const st
   for (size_t r = 0; r < per_rank.size(); ++r) {
     const std::string group = "rank/" + std::to_string(r);
     keyed(path, group, [&] { io::create_group(file, group); });
-    for (const auto& [k, v] : per_rank[r]) {
+    for (const auto& kv : per_rank[r]) {
+      const std::string& k = kv.first;
+      const auto& v = kv.second;
       check_key(k, true);
       keyed(path, group + "/" + k, [&] { write_tensor(file, group + "/" + k, v); });
     }
@@ -197,16 +208,36 @@ namespace {
 
 // --- reading ----------------------------------------------------------------------------------
 
-// Every dataset below `group`, as paths relative to the root ("model/wte.weight").
+const char* link_kind(H5L_type_t t) {
+  switch (t) {
+    case H5L_TYPE_SOFT: return "a soft";
+    case H5L_TYPE_EXTERNAL: return "an external";
+    default: return "a user-defined";
+  }
+}
+
+// Every dataset below `group`, as paths relative to the root ("model/wte.weight"). A checkpoint
+// holds plain groups and datasets, each under exactly one name. Anything else is a fault found
+// before it is followed: a soft or external link (it may point anywhere, into another file too),
+// an object with a second name (the only way to build a cycle, which a walk by path would follow
+// forever), a committed datatype.
 void collect_datasets(hid_t file, const std::string& group, std::vector<std::string>& out) {
-  for (const auto& name : io::list_children(file, group)) {
-    const std::string path = group == "." ? name : group + "/" + name;
-    const hid_t obj = H5Oopen(file, path.c_str(), H5P_DEFAULT);
-    HT_REQUIRE(obj >= 0, ExitCode::kData, "object '{}' cannot be opened", path);
-    const H5I_type_t type = H5Iget_type(obj);
-    H5Oclose(obj);
-    if (type == H5I_GROUP) collect_datasets(file, path, out);
-    else if (type == H5I_DATASET) out.push_back(path);
+  std::vector<std::pair<std::string, H5L_type_t>> links;
+  auto cb = [](hid_t, const char* name, const H5L_info_t* info, void* data) -> herr_t {
+    static_cast<std::vector<std::pair<std::string, H5L_type_t>>*>(data)->emplace_back(name, info->type);
+    return 0;
+  };
+  io::Handle g(HT_H5_CHECK(H5Gopen2(file, group.c_str(), H5P_DEFAULT)), H5Gclose);
+  HT_H5_CHECK(H5Literate(g.id(), H5_INDEX_NAME, H5_ITER_INC, nullptr, cb, &links));
+  for (const auto& link : links) {
+    const std::string path = group == "." ? link.first : group + "/" + link.first;
+    HT_REQUIRE(link.second == H5L_TYPE_HARD, ExitCode::kData,
+               "'{}' is {} link; a checkpoint holds only groups and datasets", path, link_kind(link.second));
+    const io::ObjectInfo info = io::object_info(file, path);
+    HT_REQUIRE(info.names == 1, ExitCode::kData,
+               "object '{}' has {} names (hard links); each object of a checkpoint has one", path, info.names);
+    if (info.type == H5O_TYPE_GROUP) collect_datasets(file, path, out);
+    else if (info.type == H5O_TYPE_DATASET) out.push_back(path);
     else HT_FAIL(ExitCode::kData, "object '{}' is neither a group nor a dataset", path);
   }
 }
@@ -256,7 +287,9 @@ void read_one(hid_t file, const std::string& path, FileContents& c, int64_t& byt
     const size_t slash = path.find('/', 5);
     HT_REQUIRE(slash != std::string::npos, ExitCode::kData, "dataset '{}' is not inside a rank group", path);
     const std::string rank_text = path.substr(5, slash - 5);
-    HT_REQUIRE(!rank_text.empty() && rank_text.find_first_not_of("0123456789") == std::string::npos &&
+    HT_REQUIRE(!rank_text.empty() && rank_text.size() <= 9 &&
+                   rank_text.find_first_not_of("0123456789") == std::string::npos &&
+                   std::to_string(std::stoll(rank_text)) == rank_text &&
                    std::stoll(rank_text) < static_cast<int64_t>(c.per_rank.size()),
                ExitCode::kData, "'{}' belongs to no rank of a world of {}", path, c.per_rank.size());
     c.per_rank[std::stoul(rank_text)][path.substr(slash + 1)] = read_tensor(file, path, bytes);

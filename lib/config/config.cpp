@@ -81,14 +81,43 @@ struct Codec<bool> {
   static std::string literal(bool v) { return v ? "true" : "false"; }
 };
 
+// Config strings are paths and names: valid UTF-8 without control characters. Anything else would
+// not survive the round trip through the TOML stored in checkpoints (TOML escapes a raw byte >= 0x80
+// as the code point, which reads back as two bytes) and a NUL would cut the path short in C APIs.
+void require_plain_text(const std::string& key, const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f)
+      bad(key, fmt::format("control character 0x{:02x} at byte {}; strings must be plain text", c, i));
+    // The length of a UTF-8 sequence from its lead byte, then its continuation bytes, then the
+    // code point (no overlong forms, no surrogates, nothing above U+10FFFF).
+    const size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    bool ok = len > 0 && i + len <= s.size();
+    uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1fu) : len == 3 ? (c & 0x0fu) : (c & 0x07u);
+    for (size_t k = 1; ok && k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      ok = (cc & 0xc0) == 0x80;
+      cp = (cp << 6) | (cc & 0x3fu);
+    }
+    static const uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    ok = ok && cp >= kMin[len] && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff);
+    if (!ok) bad(key, fmt::format("invalid UTF-8 at byte {}; strings must be valid UTF-8", i));
+    i += len;
+  }
+}
+
 template <>
 struct Codec<std::string> {
   static const char* type() { return "string"; }
   static std::string from_toml(const std::string& key, const toml::node& n) {
     if (!n.is_string()) bad(key, "expected a string");
+    require_plain_text(key, n.as_string()->get());
     return n.as_string()->get();
   }
-  static std::string from_text(const std::string&, const std::string& s) { return s; }
+  static std::string from_text(const std::string& key, const std::string& s) {
+    require_plain_text(key, s);
+    return s;
+  }
   static std::string literal(const std::string& v) {
     std::ostringstream out;
     out << toml::value<std::string>(v);

@@ -110,6 +110,9 @@ void Tokenizer::build_tables() {
     const uint32_t id = static_cast<uint32_t>(kByteVocab + static_cast<int64_t>(i));
     HT_REQUIRE(a < id && b < id && a != kPadId && a != kEosId && b != kPadId && b != kEosId, ExitCode::kData,
                "BPE merge {} ({}, {}) refers to an undefined or special token", i, a, b);
+    HT_REQUIRE(pieces_[a].size() + pieces_[b].size() <= kMaxTokenBytes, ExitCode::kData,
+               "BPE merge {} ({}, {}) makes a token of {} bytes, more than the limit of {} (damaged merge list?)", i,
+               a, b, pieces_[a].size() + pieces_[b].size(), kMaxTokenBytes);
     pieces_.push_back(pieces_[a] + pieces_[b]);
     rank_.emplace(pair_key(a, b), static_cast<uint32_t>(i));
   }
@@ -123,15 +126,21 @@ Tokenizer Tokenizer::train_bpe(const std::vector<std::string>& docs, int64_t voc
   std::unordered_map<uint64_t, int64_t> pairs;
   for (const auto& w : words) add_pairs(w, pairs, 1);
   std::vector<Merge> merges;
+  std::vector<size_t> token_bytes(static_cast<size_t>(kByteVocab), 1);  // id -> length of its byte string
+  auto merged_bytes = [&](uint64_t key) { return token_bytes[key >> 32] + token_bytes[key & 0xffffffffu]; };
   const int64_t target = vocab_size - kByteVocab;
   while (static_cast<int64_t>(merges.size()) < target) {
     uint64_t best = 0;
     int64_t best_count = 1;  // a pair seen once is not worth a token
     for (const auto& [key, c] : pairs)
-      if (c > best_count || (c == best_count && c > 1 && key < best)) { best = key; best_count = c; }
+      if ((c > best_count || (c == best_count && c > 1 && key < best)) && merged_bytes(key) <= kMaxTokenBytes) {
+        best = key;
+        best_count = c;
+      }
     if (best_count < 2) break;
     const auto a = static_cast<uint32_t>(best >> 32), b = static_cast<uint32_t>(best & 0xffffffffu);
     const auto id = static_cast<uint32_t>(kByteVocab + static_cast<int64_t>(merges.size()));
+    token_bytes.push_back(merged_bytes(best));
     for (auto& w : words) {
       if (!contains_pair(w.symbols, a, b)) continue;
       add_pairs(w, pairs, -1);
@@ -144,8 +153,8 @@ Tokenizer Tokenizer::train_bpe(const std::vector<std::string>& docs, int64_t voc
       HT_INFO("prepare: BPE {}/{} merges", merges.size(), target);
   }
   if (static_cast<int64_t>(merges.size()) < target)
-    HT_INFO("prepare: BPE stopped at {} merges (no pair occurs twice more); vocab_size = {}", merges.size(),
-            kByteVocab + static_cast<int64_t>(merges.size()));
+    HT_INFO("prepare: BPE stopped at {} merges (no pair occurs twice more within {} bytes); vocab_size = {}",
+            merges.size(), kMaxTokenBytes, kByteVocab + static_cast<int64_t>(merges.size()));
   return from_merges(std::move(merges));
 }
 
@@ -228,7 +237,11 @@ Tokenizer Tokenizer::load(hid_t file, const std::string& dataset_path) {
   }
   std::vector<Merge> merges;
   for (size_t i2 = 0; i2 + 1 < flat.size(); i2 += 2) merges.emplace_back(flat[i2], flat[i2 + 1]);
-  return from_merges(std::move(merges));
+  try {
+    return from_merges(std::move(merges));
+  } catch (const Error& e) {
+    HT_FAIL(e.code(), "{}:/tokenizer/merges: {}", dataset_path, e.what());
+  }
 }
 
 }  // namespace ht::data

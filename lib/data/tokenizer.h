@@ -26,15 +26,22 @@ namespace ht::data {
 inline constexpr int64_t kPadId = 256;
 inline constexpr int64_t kEosId = 257;
 inline constexpr int64_t kByteVocab = 258;  // 256 bytes + <pad> + <eos>
+// The longest byte string one BPE token may stand for. A merge list is a tree, so without a bound
+// a few dozen merges that each join a token with itself describe a 2^40-byte token: a tiny file
+// would exhaust memory. Training never creates a longer token; loading refuses one.
+inline constexpr size_t kMaxTokenBytes = 1024;
 
 class Tokenizer {
  public:
   using Merge = std::pair<uint32_t, uint32_t>;  // merge i creates token id kByteVocab + i
 
   static Tokenizer bytes();
-  // Learns up to vocab_size - kByteVocab merges from docs (fewer when no pair occurs twice).
+  // Learns up to vocab_size - kByteVocab merges from docs (fewer when no pair occurs twice, or only
+  // pairs whose token would exceed kMaxTokenBytes).
   // Ties between equally frequent pairs go to the smaller (left, right) id pair: deterministic.
   static Tokenizer train_bpe(const std::vector<std::string>& docs, int64_t vocab_size, bool progress = false);
+  // Throws kData naming the merge when it refers to an undefined or special id, or when its token
+  // would be longer than kMaxTokenBytes.
   static Tokenizer from_merges(std::vector<Merge> merges);
   // Reads the tokenizer of an open dataset file (attribute `tokenizer` + /tokenizer/merges);
   // path names the file in errors.

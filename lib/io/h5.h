@@ -108,7 +108,18 @@ int64_t attr_int(hid_t loc, const std::string& name);
 double attr_double(hid_t loc, const std::string& name);
 std::vector<std::string> attr_strings(hid_t loc, const std::string& name);
 
+// Opens a dataset of this file: one reached through an external link (it lives in another file) is
+// refused with kData naming both files, as is a missing or damaged one.
 Handle open_dataset(hid_t loc, const std::string& name);
+
+// What an object is, how many hard links name it, and which open file holds it (the same fileno =
+// the same file). name is relative to loc ("." = loc itself). Throws kData when it cannot be read.
+struct ObjectInfo {
+  H5O_type_t type = H5O_TYPE_UNKNOWN;
+  unsigned names = 0;         // hard links to the object (its reference count)
+  unsigned long fileno = 0;
+};
+ObjectInfo object_info(hid_t loc, const std::string& name);
 
 // The name of the file an HDF5 location belongs to, for messages ("?" when unknown).
 std::string file_name(hid_t loc);

@@ -30,13 +30,15 @@ torch::Tensor micro_batch_loss(model::Gpt& gpt, const data::Batch& batch, const 
 }
 
 AccumulatedLoss accumulate_gradients(model::Gpt& gpt, data::Loader& loader, int64_t grad_accum,
-                                     const torch::Device& device, config::Autocast autocast) {
+                                     const torch::Device& device, config::Autocast autocast,
+                                     const std::function<void(bool last_micro_batch)>& before_backward) {
   AccumulatedLoss out;
   double loss_sum = 0.0;
   for (int64_t m = 0; m < grad_accum; ++m) {
     const data::Batch batch = loader.next();
     out.tokens += batch.num_tokens;
     auto loss = micro_batch_loss(gpt, batch, device, autocast);
+    if (before_backward) before_backward(m == grad_accum - 1);
     (loss / static_cast<double>(grad_accum)).backward();
     loss_sum += loss.item<double>();
   }

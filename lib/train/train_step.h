@@ -5,6 +5,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "config/config.h"
 #include "data/batch.h"
@@ -37,7 +38,10 @@ struct AccumulatedLoss {
 };
 
 // grad_accum micro-batches: forward, scaled backward; gradients accumulate into the parameters'.
+// before_backward (optional) runs before each backward, told whether it is the last micro-batch
+// (LocalSgd::before_backward: the gradient buckets then start during that backward).
 AccumulatedLoss accumulate_gradients(model::Gpt& gpt, data::Loader& loader, int64_t grad_accum,
-                                     const torch::Device& device, config::Autocast autocast);
+                                     const torch::Device& device, config::Autocast autocast,
+                                     const std::function<void(bool last_micro_batch)>& before_backward = {});
 
 }  // namespace ht::train

@@ -185,7 +185,8 @@ bool Trainer::Impl::step(bool& signalled) {
   const double lr = schedule->apply(*optimizer, counters.step);
   optimizer->zero_grad(/*set_to_none=*/!local_sgd->keep_gradients());
   const AccumulatedLoss acc =
-      accumulate_gradients(gpt, *loader, cfg.train.grad_accum_steps, device, cfg.train.autocast);
+      accumulate_gradients(gpt, *loader, cfg.train.grad_accum_steps, device, cfg.train.autocast,
+                           [&](bool last) { local_sgd->before_backward(last); });
   maybe_inject_failure(comm.rank(), counters.step + 1);
   const int64_t peak_bytes = memory::cpu_peak_bytes() - live_before;
   // One tiny collective per step: any rank with a non-finite loss, any rank with a signal.

@@ -189,6 +189,11 @@ bool Trainer::Impl::step(bool& signalled) {
                            [&](bool last) { local_sgd->before_backward(last); });
   maybe_inject_failure(comm.rank(), counters.step + 1);
   const int64_t peak_bytes = memory::cpu_peak_bytes() - live_before;
+  // Gradient averaging first (when synchronous): an exchange that started during backward then
+  // completes inside it (counted as communication), not inside the small collective below, which
+  // would otherwise wait behind the gradient bytes on the same connection. A skipped step's
+  // non-finite gradients are averaged and then dropped.
+  local_sgd->after_backward();
   // One tiny collective per step: any rank with a non-finite loss, any rank with a signal.
   int64_t flags[2] = {acc.finite ? 0 : 1, signals::pending() ? 1 : 0};
   comm.allreduce(flags, 2, comm::DType::kI64, comm::ReduceOp::kMax);
@@ -204,7 +209,6 @@ bool Trainer::Impl::step(bool& signalled) {
              acc.mean_loss, cfg.train.output_dir, cfg.log.metrics_file);
     return false;
   }
-  local_sgd->after_backward();
   const double grad_norm = clip_grad_norm(*gpt, cfg.train.grad_clip);
   optimizer->step();
   ++counters.step;

@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
         auto batch = loader.next();
         auto scope = accelerator.accumulate();
         auto loss = ht::model::lm_loss(model->lm_logits(batch.input), batch.target);
+        local_sgd.before_backward(accelerator.sync_gradients());  // buckets may start during this backward
         accelerator.backward(loss);
         loss_sum += loss.item<double>() / static_cast<double>(accum);
         if (!accelerator.sync_gradients()) continue;

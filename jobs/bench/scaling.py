@@ -5,6 +5,7 @@ with N in {1, 4, 16}, and optionally 2 nodes x 2 ranks through Slurm. Reads each
 
   jobs/bench/scaling.py --hpctrain build/bin/hpctrain --data data/fortunes.h5 --out bench-out
   jobs/bench/scaling.py ... --slurm          # adds a 2-node x 2-rank run via srun (needs SLURM_CONF)
+  jobs/bench/scaling.py --emulate [--smoke]  # across emulated nodes with capped links (root): scaling_emulate.py
 
 Definitions (all measured after --warmup steps):
   tokens/s      global tokens per second: median over the logged steps
@@ -131,6 +132,10 @@ unset multiplot
 
 
 def main():
+    if "--emulate" in sys.argv[1:]:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import scaling_emulate
+        return scaling_emulate.main(sys.argv[1:])
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hpctrain", default="build/bin/hpctrain")
     p.add_argument("--config", default="/dev/null", help="base TOML (default: built-in defaults + the model above)")
@@ -161,4 +166,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

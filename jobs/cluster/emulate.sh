@@ -22,7 +22,8 @@
 # (first three octets of the /24, default 10.77.0); for experiments only: HT_EMULATE_TBF (tbf
 # words replacing burst/limit), HT_EMULATE_MPI_TUNING=0 (mpirun without the link-efficiency MCA
 # settings below), HT_EMULATE_NO_UTS=1 (mpirun with every node keeping the machine's hostname: the
-# configuration that crashes orted, docs/cluster.md "Launch reliability").
+# configuration that crashes orted, docs/cluster.md "Launch reliability"), HT_EMULATE_NO_LINK_CHECK=1
+# (mpirun without the reachability check), HT_EMULATE_KEEPALIVE_S (OOB keepalive idle seconds, 10).
 set -Eeuo pipefail
 
 STATE="${HT_EMULATE_STATE:-/run/hpctrain-emulate}"
@@ -53,6 +54,19 @@ mpi_tuning() {
   if [ $(($(param nodes) * $(param ranks_per_node))) -gt "$(nproc)" ]; then
     printf '%s\n' --mca mpi_yield_when_idle 1
   fi
+}
+
+# Failure detection (docs/cluster.md, "Faults across the network"), always set, tuning or not:
+# - OOB keepalive: mpirun and each node's orted talk over a TCP connection that is idle while the
+#   job runs; with OpenMPI's defaults (300 s idle, then 9 probes 20 s apart) a node whose link is
+#   cut is noticed after 8 minutes. 10 s idle + 5 probes 2 s apart: about 20 s. mpirun then names
+#   the lost node ("ORTE has lost communication with a remote daemon ... on node nodeK") and ends
+#   the job; the cut-off orted notices the lost mpirun the same way and kills its ranks.
+# - orte_startup_timeout: daemons that never report back (a node unreachable at launch) fail the
+#   launch after 30 s instead of never.
+mpi_timeouts() {
+  printf '%s\n' --mca oob_tcp_keepalive_time "${HT_EMULATE_KEEPALIVE_S:-10}" --mca oob_tcp_keepalive_intvl 2 \
+    --mca oob_tcp_keepalive_probes 5 --mca orte_startup_timeout 30
 }
 
 say() { echo "emulate: $*" >&2; }
@@ -317,17 +331,42 @@ do_exec() {
   on_node "$@"
 }
 
+# Before a launch: every node's link is up at both ends and node1 reaches every node's address
+# over eth0 (a TCP connect to a closed port: "refused" is an answer, silence or "no route" is not).
+# A cut link fails the launch within seconds, naming the node, its address and the interface,
+# instead of orted or the first collective waiting for minutes.
+check_links() {
+  local k node state host_state nodes; nodes=$(param nodes)
+  for k in $(seq 1 "$nodes"); do
+    node="node$k"
+    state=$(ip -n "$node" -o link show eth0 2>/dev/null | grep -o 'state [A-Z]*' | cut -d' ' -f2)
+    host_state=$(ip -o link show "htemu-n$k" 2>/dev/null | grep -o 'state [A-Z]*' | cut -d' ' -f2)
+    if [ "$state" != UP ] || [ "$host_state" != UP ]; then
+      die "$node ($(node_addr "$k")) is unreachable: its link is down (eth0 in $node: ${state:-missing}, htemu-n$k on the bridge: ${host_state:-missing}); MPI would use eth0 ($(param subnet))"
+    fi
+  done
+  for k in $(seq 2 "$nodes"); do
+    local addr out; addr=$(node_addr "$k")
+    # shellcheck disable=SC2016  # expanded by the inner bash
+    out=$(ip netns exec node1 timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/9"' "$addr" 2>&1) && continue
+    case "$out" in *"Connection refused"*) continue ;; esac
+    die "node$k ($addr) does not answer node1 over eth0 ($(param subnet)) within 3 s: ${out:-no reply}"
+  done
+}
+
 do_mpirun() {
   need_root
   require_up
   need_tools mpirun
+  [ "${HT_EMULATE_NO_LINK_CHECK:-0}" = 1 ] || check_links
   local subnet; subnet=$(param subnet)
-  local tuning=()
+  local tuning=() timeouts=()
+  mapfile -t timeouts < <(mpi_timeouts)
   [ "${HT_EMULATE_MPI_TUNING:-1}" = 0 ] || mapfile -t tuning < <(mpi_tuning)
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   local run=(mpirun --hostfile "$STATE/hostfile" --mca plm_rsh_agent "$STATE/rsh-agent"
     --mca btl "tcp,self" --mca btl_tcp_if_include "$subnet" --mca oob_tcp_if_include "$subnet"
-    "${tuning[@]}" --oversubscribe --bind-to none "$@")
+    "${timeouts[@]}" "${tuning[@]}" --oversubscribe --bind-to none "$@")
   if [ "${HT_EMULATE_NO_UTS:-0}" = 1 ]; then exec ip netns exec node1 "${run[@]}"; fi
   on_node node1 "${run[@]}"
 }

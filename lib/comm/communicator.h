@@ -1,7 +1,8 @@
 // The communicator interface: the only door to MPI collectives in the project.
 // MpiCommunicator wraps a real MPI communicator; LocalCommunicator is the single-process
 // stand-in for tests and -np 1. Counts above INT_MAX are chunked by the implementation.
-// Also: non-blocking requests (iallreduce/ialltoall) and CUDA-aware MPI detection.
+// Also: non-blocking requests (iallreduce/ialltoall, tagged point-to-point exchanges) and CUDA-aware
+// MPI detection.
 // Fused parameter averaging over this interface lives in comm/param_averager.h.
 #pragma once
 #include <cstddef>
@@ -54,6 +55,17 @@ class Communicator {
   // send and recv hold size() * bytes_per_rank bytes; block j of send goes to rank j.
   virtual void alltoall(const void* send, void* recv, size_t bytes_per_rank);
   virtual std::unique_ptr<Request> ialltoall(const void* send, void* recv, size_t bytes_per_rank);
+  // Non-blocking point-to-point exchange with one tag: posts every receive, then every send (byte
+  // payloads, never to oneself), and returns one request that completes all of them. Unlike
+  // collectives, exchanges need not be started in the same order on every rank (messages match by
+  // peer and tag), so a caller may start them whenever its data is ready. Tags in [0, 24000).
+  struct Message {
+    void* buf;
+    size_t bytes;
+    int peer;
+  };
+  virtual std::unique_ptr<Request> iexchange(const std::vector<Message>& sends, const std::vector<Message>& recvs,
+                                             int tag);
   // True when device (CUDA) pointers may be handed to collectives: MPI built CUDA-aware
   // (mpi-ext.h MPIX_CUDA_AWARE_SUPPORT) and MPIX_Query_cuda_support() says so at run time.
   virtual bool cuda_aware() const { return false; }

@@ -73,6 +73,13 @@ std::unique_ptr<Request> Communicator::ialltoall(const void* send, void* recv, s
   return std::make_unique<DoneRequest>();
 }
 
+std::unique_ptr<Request> Communicator::iexchange(const std::vector<Message>& sends, const std::vector<Message>& recvs,
+                                                 int) {
+  HT_REQUIRE(sends.empty() && recvs.empty(), ExitCode::kRuntime,
+             "iexchange with peers is not implemented by this communicator");
+  return std::make_unique<DoneRequest>();
+}
+
 namespace {
 
 // One or more MPI requests (a chunked count gives several) completed together.
@@ -127,6 +134,8 @@ MPI_Op to_mpi(ReduceOp op) {
 
 constexpr size_t kMaxChunk = static_cast<size_t>(INT_MAX);
 constexpr int kP2pTag = 7001;
+constexpr int kExchangeTagBase = 8000;  // iexchange tags: [8000, 32000): above kP2pTag, below MPI_TAG_UB >= 32767
+constexpr int kMaxExchangeTag = 24000;
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -248,6 +257,35 @@ class MpiCommunicator final : public Communicator {
     HT_MPI_CHECK(MPI_Ialltoall(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_, &r));
     req->reqs_.push_back(r);
     bytes_communicated_ += bytes_per_rank * static_cast<size_t>(size_);
+    return req;
+  }
+
+  std::unique_ptr<Request> iexchange(const std::vector<Message>& sends, const std::vector<Message>& recvs,
+                                     int tag) override {
+    HT_REQUIRE(tag >= 0 && tag < kMaxExchangeTag, ExitCode::kRuntime, "iexchange tag {} outside [0, {})", tag,
+               kMaxExchangeTag);
+    auto req = std::make_unique<MpiRequest>(rank_);
+    const int mpi_tag = kExchangeTagBase + tag;  // clear of kP2pTag: blocking send/recv never match these
+    auto post = [&](const Message& m, bool is_send) {
+      HT_REQUIRE(m.peer != rank_ && m.peer >= 0 && m.peer < size_, ExitCode::kRuntime,
+                 "iexchange {} rank {} on rank {} of {}", is_send ? "to" : "from", m.peer, rank_, size_);
+      auto* p = static_cast<char*>(m.buf);
+      for (size_t done = 0; done < m.bytes;) {  // chunks of one message arrive in order (same peer and tag)
+        const size_t n = std::min(kMaxChunk, m.bytes - done);
+        MPI_Request r = MPI_REQUEST_NULL;
+        if (is_send)
+          HT_MPI_CHECK(MPI_Isend(p + done, static_cast<int>(n), MPI_BYTE, m.peer, mpi_tag, comm_, &r));
+        else
+          HT_MPI_CHECK(MPI_Irecv(p + done, static_cast<int>(n), MPI_BYTE, m.peer, mpi_tag, comm_, &r));
+        req->reqs_.push_back(r);
+        done += n;
+      }
+    };
+    for (const auto& m : recvs) post(m, false);
+    for (const auto& m : sends) {
+      post(m, true);
+      bytes_communicated_ += m.bytes;
+    }
     return req;
   }
 

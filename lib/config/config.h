@@ -135,7 +135,8 @@ struct LocalSgdConfig {
   bool nesterov = true;
   ExchangeDtype comm_dtype = ExchangeDtype::kFp32;
   int64_t overlap_steps = 0;        // apply a non-blocking average k steps later; 0 = blocking
-  int64_t bucket_mb = 0;            // 0 = one fused buffer
+  int64_t bucket_mb = 0;            // 0 = one fused buffer (the overlapped gradient all-reduce: 1 MiB)
+  bool overlap_grad_allreduce = false;  // per-step gradients: buckets start during backward (train/grad_overlap.h)
   bool consistency_check = true;
 };
 

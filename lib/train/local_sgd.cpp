@@ -57,9 +57,10 @@ void verify_same_model(comm::Communicator& comm, torch::nn::Module& model, const
   int64_t n = 0;
   for (const auto& p : model.named_parameters()) h = fnv1a(h, "p:" + p.key() + ":" + describe(p.value())), ++n;
   for (const auto& b : model.named_buffers()) h = fnv1a(h, "b:" + b.key() + ":" + describe(b.value())), ++n;
-  h = fnv1a(h, fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}", c.enabled, c.steps, c.warmup_steps, c.average_buffers,
+  h = fnv1a(h, fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", c.enabled, c.steps, c.warmup_steps, c.average_buffers,
                                  config::name_of(c.optimizer_state), config::name_of(c.outer),
-                                 config::name_of(c.comm_dtype), c.overlap_steps, c.bucket_mb));
+                                 config::name_of(c.comm_dtype), c.overlap_steps, c.bucket_mb,
+                                 c.overlap_grad_allreduce));
   const comm::Disagreement d = comm::compare_with_root(comm, h);
   HT_REQUIRE(d.ranks.empty(), ExitCode::kUsage,
              "local_sgd: rank(s) {} disagree with rank 0 on the model shape or local_sgd settings "
@@ -108,6 +109,49 @@ void LocalSgd::Impl::average_grads() {
   stats.bytes_per_grad_allreduce = grad_avg->bytes_per_call();
   stats.bytes_sent += grad_avg->bytes_per_call();
   stats.comm_seconds += sw.seconds();
+}
+
+// Overlapped per-step gradient averaging (train/grad_overlap.h) when it can run: gradients of
+// every step averaged (enabled = false, or a warmup), several CPU ranks. The gradients are
+// created now, zero, inside the flat buffer, so that the first step's hooks already find them there.
+void LocalSgd::Impl::setup_grad_overlap() {
+  if (!cfg.overlap_grad_allreduce || (cfg.enabled && cfg.warmup_steps == 0) || trainable.empty() || comm.size() == 1)
+    return;
+  if (!trainable.front().device().is_cpu()) {
+    HT_INFO("local_sgd: overlap_grad_allreduce applies to CPU training; gradients on {} are averaged after backward",
+            trainable.front().device().str());
+    return;
+  }
+  std::vector<torch::Tensor> grads;
+  for (auto& p : trainable) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    grads.push_back(p.grad());
+  }
+  grad_avg = std::make_unique<comm::ParamAverager>(comm, grads, averager_options("gradients"));
+  grads_bound = grad_avg->bind(grads);
+  if (!grads_bound) return;
+  constexpr int64_t kDefaultBucketBytes = int64_t{1} << 20;
+  const int64_t bucket_bytes = cfg.bucket_mb > 0 ? cfg.bucket_mb << 20 : kDefaultBucketBytes;
+  grad_overlap = std::make_unique<GradOverlap>(comm, *grad_avg, trainable, bucket_bytes, detail::exchange_dtype(cfg.comm_dtype));
+}
+
+// The buckets the hooks started during backward are in flight; the rest start now. Gradients freed
+// by zero_grad(true) (a skipped step) are copied back into the buffer first.
+void LocalSgd::Impl::average_grads_overlapped() {
+  Stopwatch sw;
+  std::vector<torch::Tensor> grads;
+  grads.reserve(trainable.size());
+  for (auto& p : trainable) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    grads.push_back(p.grad());
+  }
+  grads_bound = grad_avg->bind(grads);
+  const double in_hooks = grad_overlap->hook_seconds();
+  grad_overlap->complete();
+  stats.grad_allreduces += 1;
+  stats.bytes_per_grad_allreduce = grad_avg->bytes_per_call();
+  stats.bytes_sent += grad_avg->bytes_per_call();
+  stats.comm_seconds += sw.seconds() + in_hooks;
 }
 
 // Packs the local values, keeps them as the snapshot, turns them into the DiLoCo pseudo-gradient
@@ -231,6 +275,7 @@ LocalSgd::LocalSgd(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
       s.reset_outer();
     }
   }
+  s.setup_grad_overlap();
   HT_INFO("local_sgd: {} on {} ranks{}", cfg.enabled ? fmt::format("every {} local steps", cfg.steps)
                                                      : std::string("off (gradient all-reduce every step)"),
           comm.size(),
@@ -256,8 +301,16 @@ LocalSgd::~LocalSgd() {
   }
 }
 
+void LocalSgd::before_backward(bool last_micro_batch) {
+  if (last_micro_batch && impl_->grad_overlap && impl_->synchronous_now()) impl_->grad_overlap->arm();
+}
+
 void LocalSgd::after_backward() {
-  if (impl_->synchronous_now()) impl_->average_grads();
+  if (!impl_->synchronous_now()) return;
+  if (impl_->grad_overlap)
+    impl_->average_grads_overlapped();
+  else
+    impl_->average_grads();
 }
 
 bool LocalSgd::keep_gradients() const { return impl_->grads_bound && impl_->synchronous_now(); }

@@ -37,6 +37,11 @@ class LocalSgd {
   // Final synchronisation unless finish() already ran (never throws from the destructor: logs).
   ~LocalSgd();
 
+  // Before each micro-batch's backward; last_micro_batch: the one that completes the optimizer
+  // step. On it, while gradients are averaged every step and local_sgd.overlap_grad_allreduce is
+  // set, the gradient buckets start during that backward (train/grad_overlap.h). Optional: without
+  // it after_backward() starts them all, with the same result.
+  void before_backward(bool last_micro_batch);
   // After backward, before the optimizer step: averages gradients when synchronous
   // (enabled=false, or during local_sgd.warmup_steps); no-op otherwise.
   void after_backward();

@@ -10,6 +10,7 @@
 
 #include "comm/param_averager.h"
 #include "config/config.h"
+#include "train/grad_overlap.h"
 #include "train/local_sgd.h"
 
 namespace ht::train::detail {
@@ -36,6 +37,7 @@ struct LocalSgd::Impl {
   std::vector<torch::Tensor> sync_set;   // parameters (+ float buffers) averaged at a sync
   std::unique_ptr<comm::ParamAverager> state_avg, grad_avg, moment_avg;
   std::unique_ptr<comm::ParamAverager> view_avg;  // averaged_copies(): never bound, never in stats
+  std::unique_ptr<GradOverlap> grad_overlap;      // per-step gradients in buckets during backward
   torch::Tensor snapshot;                // fp32 local values at the last sync start
   torch::Tensor global, momentum;        // DiLoCo outer copy and its momentum (fp32 flat)
   std::function<void()> hook;
@@ -68,6 +70,8 @@ struct LocalSgd::Impl {
   }
 
   void average_grads();
+  void setup_grad_overlap();
+  void average_grads_overlapped();
   void await_mean();
   void begin_sync(bool blocking);
   void complete_sync(bool overlapped);

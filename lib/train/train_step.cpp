@@ -45,7 +45,8 @@ torch::Tensor micro_batch_loss(model::Gpt& gpt, const data::Batch& batch, const 
 }
 
 AccumulatedLoss accumulate_gradients(model::Gpt& gpt, data::Loader& loader, int64_t grad_accum,
-                                     const torch::Device& device, config::Autocast autocast, PhaseClock& clock) {
+                                     const torch::Device& device, config::Autocast autocast, PhaseClock& clock,
+                                     const std::function<void(bool last_micro_batch)>& before_backward) {
   AccumulatedLoss out;
   double loss_sum = 0.0;
   for (int64_t m = 0; m < grad_accum; ++m) {
@@ -61,6 +62,7 @@ AccumulatedLoss accumulate_gradients(model::Gpt& gpt, data::Loader& loader, int6
       loss = micro_batch_loss(gpt, batch, device, autocast);
       loss_sum += loss.item<double>();  // waits for the forward on a GPU, so the phases stay apart
     }
+    if (before_backward) before_backward(m == grad_accum - 1);
     PhaseClock::Scope backward(clock, Phase::kBackward);
     (loss / static_cast<double>(grad_accum)).backward();
   }

@@ -5,6 +5,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "config/config.h"
 #include "data/batch.h"
@@ -45,8 +46,11 @@ struct AccumulatedLoss {
 };
 
 // grad_accum micro-batches: forward, scaled backward; gradients accumulate into the parameters'.
-// The clock gets the data wait, forward and backward time.
+// The clock gets the data wait, forward and backward time. before_backward (optional) runs before
+// each backward, told whether it is the last micro-batch (LocalSgd::before_backward: the gradient
+// buckets then start during that backward).
 AccumulatedLoss accumulate_gradients(model::Gpt& gpt, data::Loader& loader, int64_t grad_accum,
-                                     const torch::Device& device, config::Autocast autocast, PhaseClock& clock);
+                                     const torch::Device& device, config::Autocast autocast, PhaseClock& clock,
+                                     const std::function<void(bool last_micro_batch)>& before_backward = {});
 
 }  // namespace ht::train

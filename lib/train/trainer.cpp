@@ -231,9 +231,18 @@ bool Trainer::Impl::step(bool& signalled) {
   // when gradients are averaged) instead of allocating every gradient again each step.
   optimizer->zero_grad(/*set_to_none=*/false);
   const AccumulatedLoss acc =
-      accumulate_gradients(gpt, *loader, cfg.train.grad_accum_steps, device, cfg.train.autocast, clock);
+      accumulate_gradients(gpt, *loader, cfg.train.grad_accum_steps, device, cfg.train.autocast, clock,
+                           [&](bool last) { local_sgd->before_backward(last); });
   maybe_inject_failure(comm.rank(), counters.step + 1);
   const int64_t peak_bytes = memory::cpu_peak_bytes() - live_before;
+  // Gradient averaging first (when synchronous): an exchange that started during backward then
+  // completes inside it (counted as communication), not inside the small collective below, which
+  // would otherwise wait behind the gradient bytes on the same connection. A skipped step's
+  // non-finite gradients are averaged and then dropped.
+  {
+    PhaseClock::Scope phase(clock, Phase::kComm);
+    local_sgd->after_backward();
+  }
   // One tiny collective per step: any rank with a non-finite loss, any rank with a signal.
   int64_t flags[2] = {acc.finite ? 0 : 1, signals::pending() ? 1 : 0};
   {
@@ -252,10 +261,6 @@ bool Trainer::Impl::step(bool& signalled) {
     HT_ERROR("step {}: non-finite loss ({} on this rank); stopping. Last metrics line in {}/{}", counters.step + 1,
              acc.mean_loss, cfg.train.output_dir, cfg.log.metrics_file);
     return false;
-  }
-  {
-    PhaseClock::Scope phase(clock, Phase::kComm);
-    local_sgd->after_backward();
   }
   double grad_norm = 0.0;
   {

@@ -1,11 +1,16 @@
 # shellcheck shell=bash
 # Shared helpers of the emulated-cluster tests (sourced). Expects HPCTRAIN_SOURCE_DIR from ctest.
 # Each test gets its own temp dir ($WORK) and its own emulator state dir inside it, and removes
-# whatever it brought up on exit. Node namespaces are named node1..nodeK machine-wide, so these
-# tests hold one ctest RESOURCE_LOCK and skip when another emulated cluster is up.
+# whatever it brought up on exit. Each test runs in a sandbox of its own (a network namespace and a
+# mount namespace with a private /run/netns): the emulated nodes, bridge and veths it creates are
+# invisible to the machine and to a cluster a user has up, and the kernel removes them when the
+# test's processes end, also when a test is killed before its clean-up ran. The tests still hold
+# one ctest RESOURCE_LOCK: two clusters at once on 2 cores would measure each other.
 set -uo pipefail
 : "${HPCTRAIN_SOURCE_DIR:?}"
 EMU="$HPCTRAIN_SOURCE_DIR/jobs/cluster/emulate.sh"
+HT_TEST_SCRIPT="$(readlink -f "$0")"
+HT_TEST_ARGS=("$@")
 export PATH="$PATH:/usr/sbin:/sbin"
 
 say() { echo "[test $(date +%H:%M:%S)] $*"; }
@@ -18,17 +23,31 @@ skip() {
   echo "SKIP: $*"; exit 77
 }
 
-# Root, ip, tc with the tbf qdisc, no emulated cluster already up; plus any tools named.
+# Root, ip, tc with the tbf qdisc; plus any tools named. Then re-runs the test in its sandbox.
 need_prereqs() {
   local t
   [ "$(id -u)" -eq 0 ] || skip "not root (network namespaces, bridges and qdiscs need root)"
-  for t in ip tc unshare nsenter "$@"; do command -v "$t" >/dev/null 2>&1 || skip "'$t' not installed"; done
+  for t in ip tc unshare nsenter mount "$@"; do command -v "$t" >/dev/null 2>&1 || skip "'$t' not installed"; done
   unshare --net tc qdisc add dev lo root tbf rate 1mbit burst 16k limit 64k >/dev/null 2>&1 ||
     skip "the kernel has no tbf qdisc"
+  enter_sandbox
   ip netns list 2>/dev/null | awk '{print $1}' | grep -qE '^node[0-9]+$' &&
-    skip "node namespaces exist already (an emulated cluster is up: jobs/cluster/emulate.sh down)"
-  ip link show htemu0 >/dev/null 2>&1 && skip "bridge htemu0 exists already (an emulated cluster is up)"
+    fail "node namespaces exist inside the test's own sandbox"
   return 0
+}
+
+# Re-executes the test script inside a new network and mount namespace whose /run/netns is an
+# empty tmpfs (named namespaces are bind mounts there, so they die with the sandbox), with lo up.
+# The tmpfs is made shared up front, as `ip netns add` would, so mounts look the same before and
+# after a test.
+enter_sandbox() {
+  [ "${HT_CLUSTER_IN_SANDBOX:-0}" = 1 ] && return 0
+  export HT_CLUSTER_IN_SANDBOX=1
+  mkdir -p /run/netns
+  # shellcheck disable=SC2016  # expanded by the inner shell, inside the sandbox
+  exec unshare --net --mount --propagation private -- bash -c \
+    'mount -t tmpfs -o size=1m,mode=755 hpctrain-test-netns /run/netns && mount --make-shared /run/netns && ip link set lo up && exec bash "$@"' \
+    sandbox "$HT_TEST_SCRIPT" "${HT_TEST_ARGS[@]}"
 }
 
 # $WORK: a fresh temp dir; HT_EMULATE_STATE inside it; on exit the cluster is taken down.

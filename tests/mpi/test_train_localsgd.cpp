@@ -141,9 +141,20 @@ TEST(LocalSgd, KeptGradientsAverageBitwiseLikeFreedOnes) {
   auto freed = run(*comm, dp, 6, true, /*free_grads=*/true);
   for (size_t i = 0; i < kept.size(); ++i) EXPECT_TRUE(torch::equal(kept[i], freed[i])) << "tensor " << i;
 
+  for (bool overlap : {false, true}) {
+    dp.overlap_grad_allreduce = overlap;
+    auto k = run(*comm, dp, 6, true, false), f = run(*comm, dp, 6, true, true);
+    for (size_t i = 0; i < k.size(); ++i) EXPECT_TRUE(torch::equal(k[i], f[i])) << "tensor " << i;
+  }
+  {  // overlapped: the gradients are created in the flat buffer up front (the first step's hooks need them there)
+    Replica rep(comm->rank());
+    LocalSgd lsgd(*rep.model, *rep.opt, *comm, dp);
+    EXPECT_EQ(lsgd.keep_gradients(), comm->size() > 1);
+  }
+  dp.overlap_grad_allreduce = false;
   Replica rep(comm->rank());
   LocalSgd lsgd(*rep.model, *rep.opt, *comm, dp);
-  EXPECT_FALSE(lsgd.keep_gradients());  // nothing bound before the first average
+  EXPECT_FALSE(lsgd.keep_gradients());  // blocking path: nothing bound before the first average
   rep.train_step(lsgd, comm->rank(), 0);
   EXPECT_TRUE(lsgd.keep_gradients());
   const void* before = rep.params()[0].grad().data_ptr();

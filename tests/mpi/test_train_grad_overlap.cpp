@@ -1,0 +1,206 @@
+// The per-step gradient all-reduce overlapped with backward (train/grad_overlap.h) on real MPI
+// ranks: buckets start inside backward, only on the last micro-batch; the parameters after several
+// steps are bitwise those of the same run without overlap (buckets started after backward), with
+// gradient accumulation, with bf16 and fp16 exchange, with an unused parameter and with freed
+// gradients; on 2 ranks (fp32) and on any rank count (16-bit) also bitwise those of the previous
+// blocking path (one MPI_Allreduce per bucket, local_sgd.overlap_grad_allreduce = false).
+#include <gtest/gtest.h>
+
+#include "comm/communicator.h"
+#include "comm/param_averager.h"
+#include "core/error.h"
+#include "train/grad_overlap.h"
+#include "train/local_sgd.h"
+
+namespace {
+
+using ht::config::ExchangeDtype;
+using ht::config::LocalSgdConfig;
+using ht::train::LocalSgd;
+
+// ~0.92 M parameters (3.7 MB of fp32 gradients): 4 buckets of 1 MiB, boundaries inside tensors.
+struct Net {
+  torch::nn::Sequential model{nullptr};
+  torch::Tensor unused;  // a parameter no forward touches (its bucket waits for after_backward)
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  explicit Net(int rank, bool with_unused = false) {
+    torch::manual_seed(11 + rank);
+    model = torch::nn::Sequential(torch::nn::Linear(256, 1024), torch::nn::Tanh(), torch::nn::Linear(1024, 512),
+                                  torch::nn::Tanh(), torch::nn::Linear(512, 256), torch::nn::Tanh(),
+                                  torch::nn::Linear(256, 4));
+    if (with_unused) unused = model->register_parameter("unused", torch::randn({300}));
+    opt = std::make_unique<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  }
+  std::vector<torch::Tensor> params() { return model->parameters(); }
+};
+
+struct Options {
+  ExchangeDtype dtype = ExchangeDtype::kFp32;
+  bool overlap = true;      // local_sgd.overlap_grad_allreduce
+  bool arm = true;          // call before_backward (the trainer does)
+  int accum = 1;
+  bool with_unused = false;
+  bool free_grads_at = false;  // zero_grad(true) at step 2 (as a skipped step does)
+  int64_t bucket_mb = 1;
+};
+
+std::vector<torch::Tensor> train(ht::comm::Communicator& comm, const Options& o, int steps = 4) {
+  Net net(comm.rank(), o.with_unused);
+  LocalSgdConfig cfg;  // enabled = false: gradients averaged every step
+  cfg.comm_dtype = o.dtype;
+  cfg.overlap_grad_allreduce = o.overlap;
+  cfg.bucket_mb = o.bucket_mb;
+  LocalSgd lsgd(*net.model, *net.opt, comm, cfg);
+  for (int s = 0; s < steps; ++s) {
+    net.opt->zero_grad(/*set_to_none=*/!lsgd.keep_gradients() || (o.free_grads_at && s == 2));
+    for (int m = 0; m < o.accum; ++m) {
+      torch::manual_seed(1000 * (comm.rank() + 1) + 10 * s + m);  // rank-dependent data
+      auto x = torch::randn({8, 256});
+      auto y = torch::randn({8, 4});
+      auto loss = torch::mse_loss(net.model->forward(x), y) / o.accum;
+      if (o.arm) lsgd.before_backward(m == o.accum - 1);
+      loss.backward();
+    }
+    lsgd.after_backward();
+    net.opt->step();
+    lsgd.step();
+  }
+  EXPECT_EQ(lsgd.stats().grad_allreduces, steps);
+  std::vector<torch::Tensor> out;
+  for (auto& p : net.params()) out.push_back(p.detach().clone());
+  return out;
+}
+
+void expect_bitwise(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(torch::equal(a[i].view(torch::kInt), b[i].view(torch::kInt)))
+        << what << ": tensor " << i << " max diff " << (a[i] - b[i]).abs().max().item<double>();
+}
+
+void expect_close(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b, const char* what) {
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-5, 1e-6)) << what << ": tensor " << i;
+}
+
+// Replicas agree bitwise: every rank gathers every rank's flattened parameters.
+void expect_replicas_equal(ht::comm::Communicator& comm, const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> flat;
+  for (auto& p : params) flat.push_back(p.reshape({-1}));
+  auto mine = torch::cat(flat).contiguous();
+  auto all = torch::empty({comm.size(), mine.numel()});
+  comm.allgather(mine.data_ptr(), all.data_ptr(), static_cast<size_t>(mine.numel()) * 4);
+  for (int r = 0; r < comm.size(); ++r) EXPECT_TRUE(torch::equal(all[r], mine)) << "rank " << r << " differs";
+}
+
+TEST(GradOverlap, OverlappedEqualsUnoverlappedBitwise) {
+  auto comm = ht::comm::make_mpi_world();
+  for (int accum : {1, 3}) {
+    Options armed;
+    armed.accum = accum;
+    Options after = armed;
+    after.arm = false;  // every bucket starts in after_backward
+    auto a = train(*comm, armed), b = train(*comm, after);
+    expect_bitwise(a, b, accum == 1 ? "no accumulation" : "3 micro-batches");
+    expect_replicas_equal(*comm, a);
+  }
+}
+
+// The previous blocking path: one MPI_Allreduce per bucket, sum then 1/W. On 2 ranks x0 + x1 is
+// the same float whatever the order, so the two paths agree bit for bit; on more ranks MPI's
+// summation order is its algorithm's, the overlapped path's is rank order: close, not bitwise.
+TEST(GradOverlap, EqualsBlockingAllreducePath) {
+  auto comm = ht::comm::make_mpi_world();
+  for (int accum : {1, 2}) {
+    Options overlapped;
+    overlapped.accum = accum;
+    Options blocking = overlapped;
+    blocking.overlap = false;
+    auto a = train(*comm, overlapped), b = train(*comm, blocking);
+    if (comm->size() == 2)
+      expect_bitwise(a, b, "2 ranks, fp32");
+    else
+      expect_close(a, b, "3+ ranks, fp32");
+  }
+}
+
+TEST(GradOverlap, SixteenBitExchangeBitwiseOnAnyRankCount) {
+  auto comm = ht::comm::make_mpi_world();
+  for (auto dtype : {ExchangeDtype::kBf16, ExchangeDtype::kFp16}) {
+    Options overlapped;
+    overlapped.dtype = dtype;
+    overlapped.accum = 2;
+    Options after = overlapped;
+    after.arm = false;
+    Options blocking = overlapped;
+    blocking.overlap = false;  // ParamAverager's alltoall + rank-order fp32 sum + allgather
+    auto a = train(*comm, overlapped);
+    expect_bitwise(a, train(*comm, after), "16-bit, armed vs not");
+    expect_bitwise(a, train(*comm, blocking), "16-bit, overlapped vs blocking");
+  }
+}
+
+TEST(GradOverlap, UnusedParameterAndFreedGradients) {
+  auto comm = ht::comm::make_mpi_world();
+  Options o;
+  o.with_unused = true;
+  o.free_grads_at = true;
+  Options after = o;
+  after.arm = false;
+  Options blocking = o;
+  blocking.overlap = false;
+  auto a = train(*comm, o);
+  expect_bitwise(a, train(*comm, after), "unused parameter, freed gradients");
+  if (comm->size() == 2) expect_bitwise(a, train(*comm, blocking), "vs blocking");
+  expect_replicas_equal(*comm, a);
+}
+
+// GradOverlap directly: the hooks start every bucket inside the armed backward and none in an
+// unarmed one (earlier micro-batches), and complete() leaves the mean in the gradients.
+TEST(GradOverlap, HooksStartBucketsOnlyInTheArmedBackward) {
+  auto comm = ht::comm::make_mpi_world();
+  Net net(0);
+  auto params = net.params();
+  std::vector<torch::Tensor> grads;
+  for (auto& p : params) {
+    p.mutable_grad() = torch::zeros_like(p);
+    grads.push_back(p.grad());
+  }
+  ht::comm::ParamAverager avg(*comm, grads, {});
+  ASSERT_TRUE(avg.bind(grads));
+  ht::train::GradOverlap overlap(*comm, avg, params, /*bucket_bytes=*/300 * 1024, ht::comm::ExchangeDType::kF32);
+  ASSERT_GT(overlap.num_buckets(), 8u);
+  auto backward_of = [&](Net& n, int seed) {
+    torch::manual_seed(seed + comm->rank());
+    torch::mse_loss(n.model->forward(torch::randn({4, 256})), torch::randn({4, 4})).backward();
+  };
+  auto backward = [&](int seed) { backward_of(net, seed); };
+  // The same two micro-batches on a twin without hooks: the local gradient sum (the buckets that
+  // start during the armed backward are reduced in place, so the hooked one is not the reference).
+  Net twin(0);
+  backward_of(twin, 1);
+  backward_of(twin, 2);
+  backward(1);  // not armed: accumulation only
+  EXPECT_EQ(overlap.started_in_backward(), 0u);
+  overlap.arm();
+  backward(2);
+  EXPECT_EQ(overlap.started_in_backward(), overlap.num_buckets());
+  overlap.complete();
+  const auto twin_params = twin.params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto mean = twin_params[i].grad().clone();
+    comm->allreduce(mean.data_ptr(), static_cast<size_t>(mean.numel()), ht::comm::DType::kF32,
+                    ht::comm::ReduceOp::kSum);
+    mean.mul_(1.0 / comm->size());
+    EXPECT_TRUE(torch::allclose(params[i].grad(), mean, 1e-6, 1e-7)) << "tensor " << i;
+    EXPECT_TRUE(avg.is_bound(params[i].grad(), i));
+  }
+  // After complete() the next armed backward starts every bucket again.
+  for (auto& p : params) p.mutable_grad().zero_();
+  overlap.arm();
+  backward(3);
+  EXPECT_EQ(overlap.started_in_backward(), overlap.num_buckets());
+  overlap.complete();
+}
+
+}  // namespace

@@ -73,6 +73,9 @@ class LocalSgd {
   // counters and the telemetry stay as they are. Saves and evaluations use it, so that neither
   // changes the training they record or measure. Plain copies when the replicas agree.
   std::vector<torch::Tensor> averaged_copies();
+  // Collective and passive: runs `fn` with the averaged model (averaged_copies()) in the replica's
+  // tensors, then puts the replica's own values back bit for bit. Evaluation uses it.
+  void with_averaged_model(const std::function<void()>& fn);
 
   // Checkpointed state. Shared: DiLoCo outer copy and momentum, counters. Per rank: the state of
   // an overlapped average in flight (its snapshot and its delivered mean; waiting for the transfer

@@ -52,6 +52,30 @@ std::vector<torch::Tensor> LocalSgd::averaged_copies() {
   return out;
 }
 
+void LocalSgd::with_averaged_model(const std::function<void()>& fn) {
+  if (!replicas_differ()) return fn();
+  const auto averaged = averaged_copies();
+  const auto& sync = sync_tensors();
+  std::vector<torch::Tensor> own;
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < sync.size(); ++i) {
+      own.push_back(sync[i].detach().clone());
+      sync[i].detach().copy_(averaged[i]);
+    }
+  }
+  // Restored also when fn throws: the error may be handled (run_agreed) and the replica live on.
+  struct Restore {
+    const std::vector<torch::Tensor>& sync;
+    const std::vector<torch::Tensor>& own;
+    ~Restore() {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < own.size(); ++i) sync[i].detach().copy_(own[i]);
+    }
+  } restore{sync, own};
+  fn();
+}
+
 std::map<std::string, torch::Tensor> LocalSgd::state_tensors() const {
   const auto& s = *impl_;
   std::map<std::string, torch::Tensor> out;

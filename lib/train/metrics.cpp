@@ -1,6 +1,7 @@
 #include "train/metrics.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <torch/cuda.h>
 
 #include <algorithm>
@@ -56,10 +57,10 @@ void report_step(MetricsWriter& metrics, const StepReport& r, const SyncStats& s
   for (int i = 0; i < kNumPhases; ++i) {
     const auto k = static_cast<size_t>(i);
     phase_json[phase_name(static_cast<Phase>(i))] = {
-        {"rank0", r.phase_mine[k]}, {"min", r.phase_min[k]}, {"median", r.phase_median[k]}, {"max", r.phase_max[k]}};
-    if (r.phase_max[k] >= 5e-4)
-      phases += fmt::format(" {} {:.0f}/{:.0f}", phase_name(static_cast<Phase>(i)), 1e3 * r.phase_median[k],
-                            1e3 * r.phase_max[k]);
+        {"rank0", r.phases.mine[k]}, {"min", r.phases.min[k]}, {"median", r.phases.median[k]}, {"max", r.phases.max[k]}};
+    if (r.phases.max[k] >= 5e-4)
+      phases += fmt::format(" {} {:.0f}/{:.0f}", phase_name(static_cast<Phase>(i)), 1e3 * r.phases.median[k],
+                            1e3 * r.phases.max[k]);
   }
   HT_INFO("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tok/s | MFU {:.1f}% | act peak {:.1f} MiB"
           " | eta {:.0f}s | ms/step median/max over ranks:{}",
@@ -123,6 +124,18 @@ double measure_peak_flops(const torch::Device& device, torch::ScalarType dtype) 
   }
   // The best run: on a shared machine slower runs measure the neighbours, not the hardware.
   return *std::max_element(rates.begin(), rates.end());
+}
+
+void log_run_start(const RunShape& r) {
+  const config::Config& cfg = r.cfg;
+  HT_INFO("model: {} layers, d_model {}, {} heads, seq_len {}, vocab {}, {:.2f}M parameters, {:.1f} MFLOP/token",
+          cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, cfg.model.seq_len, cfg.model.vocab_size,
+          static_cast<double>(r.num_parameters) / 1e6, r.flops_per_token / 1e6);
+  HT_INFO("run: {} ranks, device {}, {} threads/rank, global batch {} samples, {} steps, {} steps/epoch, recompute "
+          "{}, local_sgd {} (N={}), peak {:.1f} GFLOP/s per rank",
+          r.world_size, r.device.str(), torch::get_num_threads(), r.global_batch, r.total_steps, r.steps_per_epoch,
+          config::name_of(cfg.recompute.policy), cfg.local_sgd.enabled ? "on" : "off", cfg.local_sgd.steps,
+          r.peak_flops_per_rank / 1e9);
 }
 
 }  // namespace ht::train

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "config/config.h"
 #include "train/evaluate.h"
 #include "train/local_sgd.h"
 #include "train/phases.h"
@@ -38,10 +39,20 @@ struct StepReport {
   int64_t peak_step_bytes = 0; // counted tensor memory above the step's start (activations)
   double flops_per_token = 0.0, peak_flops_per_rank = 0.0;
   int world_size = 1;
-  // Mean seconds per step of each phase over the logging interval: this rank's, and the minimum,
-  // median and maximum over ranks (a straggler shows as a wide max).
-  PhaseSeconds phase_mine{}, phase_min{}, phase_median{}, phase_max{};
+  PhaseStats phases;
 };
+
+// What the two start-up lines (rank 0) say about a run.
+struct RunShape {
+  const config::Config& cfg;
+  int64_t num_parameters;
+  double flops_per_token;
+  torch::Device device;
+  int world_size;
+  int64_t global_batch, total_steps, steps_per_epoch;
+  double peak_flops_per_rank;
+};
+void log_run_start(const RunShape& run);
 
 // Console line (rank 0) and metrics.jsonl line of a training step.
 void report_step(MetricsWriter& metrics, const StepReport& r, const SyncStats& sync);

@@ -1,6 +1,12 @@
 #include "train/phases.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+#include "comm/agree.h"
+#include "core/fs.h"
 
 #include "core/error.h"
 #include "core/log.h"
@@ -64,6 +70,38 @@ void PhaseClock::finish_trace() {
   HT_INFO("trace of steps {}..{} written: {} ({} events)", trace_range_.first, trace_range_.last, trace_path_,
           events_.size());
   events_.clear();
+}
+
+PhaseStats gather_phase_stats(PhaseClock& clock, comm::Communicator& comm) {
+  PhaseStats out;
+  int64_t steps = 0;
+  const PhaseSeconds totals = clock.take(&steps);
+  for (size_t i = 0; i < totals.size(); ++i) out.mine[i] = totals[i] / static_cast<double>(std::max<int64_t>(1, steps));
+  std::vector<double> all(static_cast<size_t>(comm.size() * kNumPhases));
+  comm.allgather(out.mine.data(), all.data(), sizeof(double) * kNumPhases);
+  for (size_t i = 0; i < static_cast<size_t>(kNumPhases); ++i) {
+    std::vector<double> v;
+    for (int rank = 0; rank < comm.size(); ++rank) v.push_back(all[static_cast<size_t>(rank) * kNumPhases + i]);
+    std::sort(v.begin(), v.end());
+    out.min[i] = v.front();
+    out.max[i] = v.back();
+    out.median[i] = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  }
+  return out;
+}
+
+void start_phase_trace(PhaseClock& clock, const config::Config& cfg, int64_t total_steps, comm::Communicator& comm) {
+  const config::StepRange range = cfg.log.trace_steps;
+  if (range.empty()) return;
+  const std::string dir = cfg.train.output_dir + "/trace";
+  const std::string path = fmt::format("{}/rank{}.json", dir, comm.rank());
+  comm::run_agreed(comm, [&] {
+    HT_REQUIRE(range.last <= total_steps, ExitCode::kUsage,
+               "config key 'log.trace_steps': steps {}..{} are outside the run (steps 1..{})", range.first, range.last,
+               total_steps);
+    fs::ensure_writable_dir(dir, "log.trace_steps directory");
+    clock.enable_trace(path, range, comm.rank());
+  });
 }
 
 }  // namespace ht::train

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "config/config.h"
 #include "core/timer.h"
 
@@ -64,5 +65,18 @@ class PhaseClock {
   std::vector<Event> events_;
   int rank_ = 0;
 };
+
+// Mean seconds per step of each phase over a logging interval: this rank's, and the minimum,
+// median and maximum over ranks (a straggler shows as a wide max).
+struct PhaseStats {
+  PhaseSeconds mine{}, min{}, median{}, max{};
+};
+
+// Collective (every rank logs at the same steps): takes the clock's interval and gathers it.
+PhaseStats gather_phase_stats(PhaseClock& clock, comm::Communicator& comm);
+
+// Collective: when log.trace_steps names steps, checks they lie within the run's `total_steps`
+// and opens each rank's trace file (OUTPUT_DIR/trace/rankR.json); any rank's failure ends the job once.
+void start_phase_trace(PhaseClock& clock, const config::Config& cfg, int64_t total_steps, comm::Communicator& comm);
 
 }  // namespace ht::train

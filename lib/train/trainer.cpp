@@ -2,14 +2,11 @@
 
 #include <ATen/Context.h>
 
-#include <algorithm>
-#include <cmath>
 #include <fstream>
 
 #include "checkpoint/checkpoint.h"
 #include "comm/agree.h"
 #include "core/error.h"
-#include "core/fs.h"
 #include "core/log.h"
 #include "core/memory.h"
 #include "core/signals.h"
@@ -67,12 +64,7 @@ struct Trainer::Impl {
 
   void build(const ResumeRequest& resume);
   void resume_from(const ResumeRequest& resume);
-  void log_start() const;
   bool evaluation_due() const;
-  void start_trace();
-  // Collective (every rank logs at the same steps): mean phase seconds per step since the last
-  // log line, with min / median / max over ranks.
-  void fill_phases(StepReport& r);
   void run_eval(const char* reason);
   void save_checkpoint(const char* reason);
   // One optimizer step; false when a non-finite loss stops the run.
@@ -111,7 +103,7 @@ void Trainer::Impl::build(const ResumeRequest& resume) {
                    ? cfg.train.peak_flops
                    : measure_peak_flops(device, cfg.train.autocast == config::Autocast::kBf16 ? torch::kBFloat16
                                                                                              : torch::kFloat);
-  start_trace();
+  start_phase_trace(clock, cfg, total, comm);
   if (comm.rank() == 0) std::ofstream(cfg.train.output_dir + "/config.toml") << config::to_toml(cfg);
   // Last: the restored state (RNG streams included) is what the first step sees.
   resume_from(resume);
@@ -137,47 +129,6 @@ void Trainer::Impl::resume_from(const ResumeRequest& resume) {
           loader->state().epoch, loader->state().samples_consumed);
 }
 
-void Trainer::Impl::start_trace() {
-  const config::StepRange range = cfg.log.trace_steps;
-  if (range.empty()) return;
-  const std::string dir = cfg.train.output_dir + "/trace";
-  const std::string path = fmt::format("{}/rank{}.json", dir, comm.rank());
-  comm::run_agreed(comm, [&] {
-    HT_REQUIRE(range.last <= total, ExitCode::kUsage,
-               "config key 'log.trace_steps': steps {}..{} are outside the run (steps 1..{})", range.first, range.last,
-               total);
-    fs::ensure_writable_dir(dir, "log.trace_steps directory");
-    clock.enable_trace(path, range, comm.rank());
-  });
-}
-
-void Trainer::Impl::fill_phases(StepReport& r) {
-  int64_t steps = 0;
-  const PhaseSeconds totals = clock.take(&steps);
-  for (size_t i = 0; i < totals.size(); ++i) r.phase_mine[i] = totals[i] / static_cast<double>(std::max<int64_t>(1, steps));
-  std::vector<double> all(static_cast<size_t>(comm.size() * kNumPhases));
-  comm.allgather(r.phase_mine.data(), all.data(), sizeof(double) * kNumPhases);
-  for (size_t i = 0; i < static_cast<size_t>(kNumPhases); ++i) {
-    std::vector<double> v;
-    for (int rank = 0; rank < comm.size(); ++rank) v.push_back(all[static_cast<size_t>(rank) * kNumPhases + i]);
-    std::sort(v.begin(), v.end());
-    r.phase_min[i] = v.front();
-    r.phase_max[i] = v.back();
-    r.phase_median[i] = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  }
-}
-
-void Trainer::Impl::log_start() const {
-  HT_INFO("model: {} layers, d_model {}, {} heads, seq_len {}, vocab {}, {:.2f}M parameters, {:.1f} MFLOP/token",
-          cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, cfg.model.seq_len, cfg.model.vocab_size,
-          static_cast<double>(gpt->num_parameters()) / 1e6, flops_per_token / 1e6);
-  HT_INFO("run: {} ranks, device {}, {} threads/rank, global batch {} samples, {} steps, {} steps/epoch, recompute "
-          "{}, local_sgd {} (N={}), peak {:.1f} GFLOP/s per rank",
-          comm.size(), device.str(), torch::get_num_threads(), counters.global_batch, total, loader->steps_per_epoch(),
-          config::name_of(cfg.recompute.policy), cfg.local_sgd.enabled ? "on" : "off", cfg.local_sgd.steps,
-          peak_flops / 1e9);
-}
-
 bool Trainer::Impl::evaluation_due() const {
   const int64_t steps_per_epoch = loader->steps_per_epoch();
   switch (cfg.eval.strategy) {
@@ -188,27 +139,13 @@ bool Trainer::Impl::evaluation_due() const {
   return false;
 }
 
-// Evaluates the averaged model without averaging the replicas: its values are swapped in for the
-// evaluation and the replica's own values swapped back afterwards, bit for bit.
+// Evaluates the averaged model without averaging the replicas (LocalSgd::with_averaged_model).
 void Trainer::Impl::run_eval(const char* reason) {
   if (!eval_reader) return;
   PhaseClock::Scope phase(clock, Phase::kEval);
   Stopwatch sw;
-  std::vector<torch::Tensor> own;
-  const auto& sync = local_sgd->sync_tensors();
-  if (local_sgd->replicas_differ()) {
-    auto averaged = local_sgd->averaged_copies();
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < sync.size(); ++i) {
-      own.push_back(sync[i].detach().clone());
-      sync[i].detach().copy_(averaged[i]);
-    }
-  }
-  const EvalResult r = evaluate(gpt, *eval_reader, comm, device, cfg.eval.max_batches);
-  {
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < own.size(); ++i) sync[i].detach().copy_(own[i]);
-  }
+  EvalResult r;
+  local_sgd->with_averaged_model([&] { r = evaluate(gpt, *eval_reader, comm, device, cfg.eval.max_batches); });
   report_eval(*metrics, r, counters.step, loader->epoch(), sw.seconds(), reason);
 }
 
@@ -289,14 +226,15 @@ bool Trainer::Impl::step(bool& signalled) {
     r.flops_per_token = flops_per_token;
     r.peak_flops_per_rank = peak_flops;
     r.world_size = comm.size();
-    fill_phases(r);
+    r.phases = gather_phase_stats(clock, comm);
     report_step(*metrics, r, local_sgd->stats());
   }
   return true;
 }
 
 int Trainer::Impl::run() {
-  log_start();
+  log_run_start(RunShape{cfg, gpt->num_parameters(), flops_per_token, device, comm.size(), counters.global_batch,
+                         total, loader->steps_per_epoch(), peak_flops});
   gpt->train();
   while (counters.step < total) {
     bool signalled = false;

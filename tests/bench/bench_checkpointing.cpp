@@ -19,6 +19,7 @@
 
 #include "core/memory.h"
 #include "model/gpt.h"
+#include "recompute/activation_memory.h"
 #include "recompute/recompute.h"
 
 namespace {
@@ -44,46 +45,13 @@ std::string key(int shape, double dropout, const char* policy) {
   return std::string(kShapes[shape].name) + "/p" + (dropout > 0 ? "0.1" : "0") + "/" + policy;
 }
 
-// docs/recompute.md, fp32 (4 bytes), s = seq_len, b = batch, h = d_model, a = n_head, V = vocab.
-double per_layer_store_bytes(const Shape& x, double dropout) {
-  const double s = x.seq_len, b = x.batch, h = x.d_model, a = x.n_head;
-  if (dropout > 0) return 4.0 * (18.0 * s * b * h + 3.0 * a * s * s * b);  // math SDPA keeps s^2 tensors
-  return 4.0 * (16.0 * s * b * h + a * s * b);                            // flash SDPA keeps logsumexp
-}
-// Peak in units of one stored block: at the start of backward all stored blocks are alive; while
-// block i is recomputed, the stored blocks before it plus its own transient activations are.
-double store_units(const std::vector<ht::recompute::BlockMode>& plan) {
-  double stored = 0, peak = 0;
-  for (auto m : plan) {
-    if (m == ht::recompute::BlockMode::kFull) peak = std::max(peak, stored + 1);
-    if (m == ht::recompute::BlockMode::kStore) stored += 1;
-  }
-  return std::max(peak, stored);
-}
-
 double predicted_bytes(const Shape& x, double dropout, const std::string& policy) {
-  const double s = x.seq_len, b = x.batch, h = x.d_model, a = x.n_head, V = x.vocab, L = x.n_layer;
-  const double sbh = s * b * h, store = per_layer_store_bytes(x, dropout);
   ht::config::RecomputeConfig cfg;
-  cfg.policy = *ht::config::parse_enum<ht::config::RecomputePolicy>(
-      policy == "selective-keep-attn" ? std::string("selective") : policy);
+  cfg.attention_core = policy != "selective-keep-attn";
+  cfg.policy = *ht::config::parse_enum<ht::config::RecomputePolicy>(cfg.attention_core ? policy : "selective");
   cfg.k = 2;
-  const auto plan = ht::recompute::plan(cfg, static_cast<size_t>(x.n_layer));
-  double n_inputs = 0;  // recomputed blocks keep their input
-  for (auto m : plan) n_inputs += m == ht::recompute::BlockMode::kFull ? 1 : 0;
-  // emb mask, ln_f in/out; log-probs saved + their gradient and the logits' gradient at the start of backward
-  const double head = 4.0 * ((dropout > 0 ? 3.0 : 2.0) * sbh + 3.0 * s * b * V);
-  // selective-keep-attn keeps x, qkv (3 with flash; y is a view of SDPA's output) or the q/k/v copies +
-  // s^2 tensors (math path), y, h, fc out (4)
-  const double selective = dropout > 0 ? 4.0 * (10.0 * sbh + 3.0 * a * s * s * b) : 4.0 * (10.0 * sbh);
-  const double selective_core = 4.0 * (10.0 * sbh);
-  if (policy == "selective") {
-    // kept tensors + one attention core recomputed at a time (its s^2 tensors with dropout)
-    const double transient = dropout > 0 ? 4.0 * 3.0 * a * s * s * b : 4.0 * 5.0 * sbh;
-    return L * selective_core + transient + head;
-  }
-  if (policy == "selective-keep-attn") return L * selective + 4.0 * 5.0 * sbh + head;  // + one GELU/LN recompute
-  return store_units(plan) * store + n_inputs * 4.0 * sbh + head;
+  return ht::recompute::predicted_activation_bytes(
+      {x.n_layer, x.d_model, x.n_head, x.seq_len, x.batch, x.vocab, dropout}, cfg);
 }
 
 void BM_Step(benchmark::State& st) {

@@ -3,7 +3,10 @@
 
 Same model, data file, sample order, initial weights (ours writes them), optimizer, schedule,
 steps, 2 ranks with the same threads per rank. Runs alternate ours / theirs (A B A B ...) for
---pairs rounds, for two comparisons, each without and with activation recompute:
+--pairs rounds, for two comparisons, each without and with activation recompute, and in each
+precision of --precision: fp32 (theirs with torch's default AdamW, ours with its default fused
+one), and bf16 = each side at its best on a CPU with native bf16 (ours: train.autocast = bf16 and
+the fused AdamW; theirs: torch.autocast('cpu', bfloat16) around the forward and AdamW(fused=True)):
   dp     ours: per-step gradient all-reduce            vs torch DDP over gloo
   local  ours: local SGD, one fused average every N    vs torch PeriodicModelAverager (post-local SGD)
                                                        and Accelerate LocalSGD, same N
@@ -32,7 +35,7 @@ PYDIR = os.path.join(ROOT, "tests", "python")
 MODEL = """
 [model]
 n_layer = {n_layer}
-n_head = 4
+n_head = {n_head}
 d_model = {d_model}
 seq_len = {seq_len}
 dropout = 0.0
@@ -99,7 +102,7 @@ def base_env():
     return env
 
 
-def run_ours(a, name, cfg, overrides, timeout=900):
+def run_ours(a, name, cfg, overrides, timeout=1800):
     out = os.path.join(a.out, "runs", name)
     shutil.rmtree(out, ignore_errors=True)
     cmd = ["mpirun", "-np", str(a.ranks), "--oversubscribe", "--bind-to", "none",
@@ -112,11 +115,14 @@ def run_ours(a, name, cfg, overrides, timeout=900):
     evals = [r["eval_loss"] for r in rows if "eval_loss" in r]
     r = collect(steps, evals[-1] if evals else None, sorted(rss, reverse=True)[: a.ranks],
                 max((r.get("peak_step_bytes", 0) for r in steps), default=None), a)
-    r["phases_per_step"] = {"comm_s": steps[-1].get("comm_seconds", 0.0) / len(steps)}
+    # Mean over the timed steps of rank 0's phase seconds (log.every_steps = 1: one step per line).
+    steady = steps[a.warmup:]
+    r["phases_per_step"] = {f"{k}_s": statistics.fmean(s["phase_s"][k]["rank0"] for s in steady)
+                            for k in steady[-1].get("phase_s", {})}
     return r
 
 
-def run_theirs(a, name, cfg, variant, overrides, recompute, timeout=900):
+def run_theirs(a, name, cfg, variant, overrides, recompute, bf16=False, timeout=1800):
     out = os.path.join(a.out, "runs", name)
     shutil.rmtree(out, ignore_errors=True)
     cmd = [a.python, "-m", "torch.distributed.run", "--nproc_per_node", str(a.ranks), "--master_addr", "127.0.0.1",
@@ -124,13 +130,16 @@ def run_theirs(a, name, cfg, variant, overrides, recompute, timeout=900):
            "--out", out, "--init", a.init, *sum((["--set", o] for o in overrides), [])]
     if recompute:
         cmd.append("--recompute")
+    if bf16:
+        cmd += ["--autocast", "bf16", "--fused"]
     os.makedirs(out, exist_ok=True)
     sh(cmd, out + ".log", base_env(), timeout)
     steps = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
     summaries = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(out, "summary-rank*.json")))]
     r = collect(steps, summaries[0]["val_loss"] if summaries else None,
                 [s["peak_rss_bytes"] for s in summaries], None, a)
-    r["phases_per_step"] = {k: v / len(steps) for k, v in summaries[0].get("phase_seconds", {}).items()}
+    steady = steps[a.warmup:]
+    r["phases_per_step"] = {k: statistics.fmean(s["phase_s"][k] for s in steady) for k in steady[-1].get("phase_s", {})}
     return r
 
 
@@ -144,7 +153,8 @@ def collect(steps, val_loss, rss, alloc_peak, a):
     tokens = steady[-1]["tokens_seen"] - steps[a.warmup - 1]["tokens_seen"] if a.warmup > 0 else steady[-1]["tokens_seen"]
     return {"tokens_per_s": tokens / seconds, "val_loss": val_loss, "peak_rss_bytes": rss,
             "alloc_peak_bytes": alloc_peak, "bytes_per_step": steps[-1].get("bytes_per_step", 0.0),
-            "final_loss": steps[-1]["loss"], "step_s": statistics.median(s["step_seconds"] for s in steady)}
+            "final_loss": steps[-1]["loss"], "step_s": statistics.median(s["step_seconds"] for s in steady),
+            "mfu": statistics.median(s["mfu"] for s in steady) if "mfu" in steady[-1] else None}
 
 
 def plan(a):
@@ -152,16 +162,20 @@ def plan(a):
     lsgd = ["local_sgd.enabled=true", f"local_sgd.steps={a.local_steps}", "local_sgd.warmup_steps=0",
             "local_sgd.optimizer_state=local"]
     out = []
-    for rc in a.recompute:
-        ours_rc = [f"recompute.policy={'full' if rc else 'none'}"]
-        tag = "recompute" if rc else "no recompute"
-        out += [(f"dp, {tag}", "ours", lambda n, rc=ours_rc: run_ours(a, n, a.cfg, rc + ["local_sgd.enabled=false"])),
-                (f"dp, {tag}", "torch DDP", lambda n, rc=rc: run_theirs(a, n, a.cfg, "ddp", [], rc))]
-        out += [(f"local SGD N={a.local_steps}, {tag}", "ours", lambda n, rc=ours_rc: run_ours(a, n, a.cfg, rc + lsgd)),
-                (f"local SGD N={a.local_steps}, {tag}", "torch PeriodicModelAverager",
-                 lambda n, rc=rc: run_theirs(a, n, a.cfg, "pma", [f"local_sgd.steps={a.local_steps}"], rc)),
-                (f"local SGD N={a.local_steps}, {tag}", "Accelerate LocalSGD",
-                 lambda n, rc=rc: run_theirs(a, n, a.cfg, "accel", [f"local_sgd.steps={a.local_steps}"], rc))]
+    for prec in a.precision:
+        bf16 = prec == "bf16"
+        for rc in a.recompute:
+            ours_rc = [f"recompute.policy={'full' if rc else 'none'}", f"train.autocast={'bf16' if bf16 else 'none'}"]
+            tag = f"{prec}, {'recompute' if rc else 'no recompute'}"
+            local = f"local SGD N={a.local_steps}, {tag}"
+            out += [(f"dp, {tag}", "ours", lambda n, o=ours_rc: run_ours(a, n, a.cfg, o + ["local_sgd.enabled=false"])),
+                    (f"dp, {tag}", "torch DDP", lambda n, rc=rc, b=bf16: run_theirs(a, n, a.cfg, "ddp", [], rc, b))]
+            out += [(local, "ours", lambda n, o=ours_rc: run_ours(a, n, a.cfg, o + lsgd)),
+                    (local, "torch PeriodicModelAverager",
+                     lambda n, rc=rc, b=bf16: run_theirs(a, n, a.cfg, "pma", [f"local_sgd.steps={a.local_steps}"], rc, b)),
+                    (local, "Accelerate LocalSGD",
+                     lambda n, rc=rc, b=bf16: run_theirs(a, n, a.cfg, "accel", [f"local_sgd.steps={a.local_steps}"], rc,
+                                                          b))]
     return out
 
 
@@ -170,12 +184,14 @@ def mib(x):
 
 
 def report(a, results, started):
-    lines = [f"Measured {started} on {os.uname().nodename} ({os.cpu_count()} cores), {a.ranks} ranks x {a.threads} "
+    lines = ["MFU (ours only): model FLOPs per token x tokens/s over the peak FLOP/s per rank that our start-up "
+             "measures in the precision in use (a square matmul; bf16 under autocast).", "",
+             f"Measured {started} on {os.uname().nodename} ({os.cpu_count()} cores), {a.ranks} ranks x {a.threads} "
              f"thread, {a.pairs} alternating pairs, {a.steps} steps ({a.warmup} warm-up steps not timed), model "
-             f"{a.n_layer} x {a.d_model}, seq_len {a.seq_len}, micro-batch {a.micro_batch}/rank.", "",
+             f"{a.n_layer} x {a.d_model} ({a.n_head} heads), seq_len {a.seq_len}, micro-batch {a.micro_batch}/rank.", "",
              "| configuration | side | tokens/s median [min-max] | ours/theirs | peak RSS MiB per rank | "
-             "allocator peak MiB | bytes/step per rank | val loss | val loss vs ours |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "allocator peak MiB | bytes/step per rank | val loss | val loss vs ours | MFU |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for conf in dict.fromkeys(c for c, _ in results):
         sides = {s: r for (c, s), r in results.items() if c == conf}
         ours = sides.get("ours", {})
@@ -184,7 +200,7 @@ def report(a, results, started):
         ours_val = statistics.median(x["val_loss"] for x in ours["runs"]) if ours_ok else None
         for side, r in sides.items():
             if r["errors"]:
-                lines.append(f"| {conf} | {side} | FAILED: {r['errors'][0]} | no ratio | | | | | |")
+                lines.append(f"| {conf} | {side} | FAILED: {r['errors'][0]} | no ratio | | | | | | |")
                 continue
             tps = [x["tokens_per_s"] for x in r["runs"]]
             med = statistics.median(tps)
@@ -193,21 +209,27 @@ def report(a, results, started):
             val = statistics.median(x["val_loss"] for x in r["runs"])
             dval = "-" if side == "ours" or ours_val is None else f"{100 * (val - ours_val) / ours_val:+.2f}%"
             alloc = mib(r["runs"][-1]["alloc_peak_bytes"]) if r["runs"][-1]["alloc_peak_bytes"] else "-"
+            mfus = [x["mfu"] for x in r["runs"] if x.get("mfu") is not None]
+            mfu = f"{100 * statistics.median(mfus):.1f}%" if mfus else "-"
             lines.append(f"| {conf} | {side} | {med:.0f} [{min(tps):.0f}-{max(tps):.0f}] | {ratio} | {rss} | {alloc} | "
-                         f"{r['runs'][-1]['bytes_per_step']:.0f} | {val:.4f} | {dval} |")
-    lines += ["", "Where the time goes (rank 0, last pair, seconds per step): step = median step time; ours comm = "
-              "time inside our averaging (pack, MPI_Allreduce, unpack); theirs fwd_bwd includes data reading and "
-              "DDP's gradient all-reduce overlapped with backward; average = PeriodicModelAverager / LocalSGD step.", "",
-              "| configuration | side | step s | comm / average s | fwd_bwd s | clip+opt s |", "|---|---|---|---|---|---|"]
+                         f"{r['runs'][-1]['bytes_per_step']:.0f} | {val:.4f} | {dval} | {mfu} |")
+    lines += ["", "Where the time goes (rank 0, last pair, ms per step, mean over the timed steps): ours from its "
+              "phase timers (comm = gradient all-reduce or parameter averaging; optimizer = clip + AdamW); theirs "
+              "timed around the same calls (backward includes DDP's gradient all-reduce, which it overlaps with "
+              "backward; comm = PeriodicModelAverager / LocalSGD step; optimizer = clip + AdamW).", "",
+              "| configuration | side | step | data | forward | backward | comm | optimizer |",
+              "|---|---|---|---|---|---|---|---|"]
     for (conf, side), r in results.items():
         if r["errors"] or not r["runs"]:
             continue
         x = r["runs"][-1]
         ph = x.get("phases_per_step", {})
-        comm = ph.get("comm_s", ph.get("average_s", 0.0))
-        fb = f"{ph['fwd_bwd_s']:.4f}" if "fwd_bwd_s" in ph else "-"
-        co = f"{ph['clip_opt_s']:.4f}" if "clip_opt_s" in ph else "-"
-        lines.append(f"| {conf} | {side} | {x['step_s']:.4f} | {comm:.4f} | {fb} | {co} |")
+        if side == "ours":
+            cols = [ph.get(k) for k in ("data_s", "forward_s", "backward_s", "comm_s", "optimizer_s")]
+        else:
+            cols = [ph.get(k) for k in ("data_s", "fwd_s", "bwd_s", "average_s", "clip_opt_s")]
+        cells = " | ".join("-" if v is None else f"{1e3 * v:.1f}" for v in cols)
+        lines.append(f"| {conf} | {side} | {1e3 * x['step_s']:.1f} | {cells} |")
     return "\n".join(lines)
 
 
@@ -225,14 +247,19 @@ def main():
     p.add_argument("--local-steps", type=int, default=8)
     p.add_argument("--n-layer", type=int, default=4)
     p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--n-head", type=int, default=4)
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--micro-batch", type=int, default=8)
     p.add_argument("--eval-batches", type=int, default=8)
     p.add_argument("--recompute", default="off,on", help="off,on | off | on")
+    p.add_argument("--precision", default="fp32,bf16", help="fp32,bf16 | fp32 | bf16")
     p.add_argument("--port", type=int, default=29650)
     a = p.parse_args()
     a.python = venv_python(a.python)
     a.recompute = [x == "on" for x in a.recompute.split(",")]
+    a.precision = a.precision.split(",")
+    if not set(a.precision) <= {"fp32", "bf16"}:
+        sys.exit(f"compare_python: --precision takes fp32 and/or bf16, not '{','.join(a.precision)}'")
     if not os.access(a.hpctrain, os.X_OK):
         sys.exit(f"compare_python: {a.hpctrain} is not built (ninja -C build hpctrain)")
     a.out = os.path.abspath(a.out)
@@ -249,7 +276,7 @@ def main():
                os.path.join(a.out, "prepare.log"), base_env(), 600)
     a.cfg = os.path.join(a.out, "bench.toml")
     open(a.cfg, "w").write(MODEL.format(data=data, steps=a.steps, threads=a.threads, n_layer=a.n_layer,
-                                        d_model=a.d_model, seq_len=a.seq_len, micro_batch=a.micro_batch,
+                                        d_model=a.d_model, n_head=a.n_head, seq_len=a.seq_len, micro_batch=a.micro_batch,
                                         eval_batches=a.eval_batches))
     # Identical initial weights: our seed's init, unchanged by one step at lr 1e-30.
     init_weights(a)

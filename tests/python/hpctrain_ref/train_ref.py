@@ -88,8 +88,10 @@ class Run:
         self.gpt = model
         self.seq_len = m["seq_len"]
         self.param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        # fused=True: ATen's one-kernel AdamW (CPU and CUDA); None keeps torch's default choice.
         self.optimizer = torch.optim.AdamW(param_groups(model, t["weight_decay"]), lr=t["lr"],
-                                           betas=(t["beta1"], t["beta2"]), eps=t["eps"])
+                                           betas=(t["beta1"], t["beta2"]), eps=t["eps"],
+                                           fused=True if self.args.fused else None)
         self.stream = TrainStream(ds, self.world, self.rank, t["micro_batch_size"], t["grad_accum_steps"],
                                   d["shuffle"], d["seed"])
         self.total = t["max_steps"] if t["max_steps"] > 0 else t["epochs"] * self.stream.steps_per_epoch
@@ -121,8 +123,14 @@ class Run:
             sync_now = micro == A - 1
             ctx = self.wrapped.no_sync() if (self.args.variant == "ddp" and not sync_now) else contextlib.nullcontext()
             with ctx:
-                loss = self.wrapped(x, y, mask)
+                t1 = time.perf_counter()
+                # bf16 autocast on CPU: matmuls and attention in bf16, fp32 weights, loss in fp32.
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.args.autocast == "bf16"):
+                    loss = self.wrapped(x, y, mask)
+                t2 = time.perf_counter()
                 (loss / A).backward()
+                self.phase["fwd_s"] += t2 - t1
+                self.phase["bwd_s"] += time.perf_counter() - t2
             loss_sum += loss.item()
         return loss_sum / A, tokens
 
@@ -150,9 +158,11 @@ class Run:
                                  local_sgd_steps=self.cfg["local_sgd"]["steps"], enabled=True)
         self.wrapped.train()
         self.steps_done, tokens_seen = 0, 0
-        self.phase = dict.fromkeys(["data_s", "fwd_bwd_s", "clip_opt_s", "average_s", "other_s"], 0.0)
+        self.phase = dict.fromkeys(["data_s", "fwd_s", "bwd_s", "fwd_bwd_s", "clip_opt_s", "average_s", "other_s"],
+                                   0.0)
         with local_sgd as lsgd:
             for step in range(self.total):
+                before = dict(self.phase)
                 t0 = time.perf_counter()
                 lr = lr_at(t, step, self.total)
                 for g in self.optimizer.param_groups:
@@ -185,7 +195,8 @@ class Run:
                 line = {"step": step + 1, "loss": loss, "lr": lr, "grad_norm": grad_norm,
                         "tokens_per_s": tokens * self.world / seconds, "tokens_seen": tokens_seen,
                         "step_seconds": seconds, "peak_rss_bytes": peak_rss_bytes(),
-                        **self.stats.snapshot(), "bytes_sent": self.bytes_sent()}
+                        **self.stats.snapshot(), "bytes_sent": self.bytes_sent(),
+                        "phase_s": {k: v - before[k] for k, v in self.phase.items()}}
                 line["bytes_per_step"] = line["bytes_sent"] / (step + 1)
                 if metrics:
                     metrics.write(json.dumps(line) + "\n")
@@ -271,6 +282,9 @@ def main(argv=None):
     p.add_argument("--set", action="append", default=[], help="section.key=value override (repeatable)")
     p.add_argument("--variant", choices=["single", "ddp", "pma", "accel"], default="single")
     p.add_argument("--recompute", action="store_true", help="torch.utils.checkpoint on every block")
+    p.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                   help="bf16: forward under torch.autocast('cpu', torch.bfloat16)")
+    p.add_argument("--fused", action="store_true", help="AdamW(fused=True)")
     p.add_argument("--init", help="hpctrain checkpoint whose /model parameters are the initial weights")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--save-params", help="write the final parameters (/model/<name>) to this HDF5 file")

@@ -49,7 +49,7 @@ Phases configure_eval(CLI::App& sub) {
     if (ctx.comm.rank() == 0) {
       std::cout << fmt::format("eval_loss {:.6f}\neval_accuracy {:.6f}\n", r.loss, r.accuracy);
       if (r.task == config::Task::kCausalLm) std::cout << fmt::format("eval_perplexity {:.4f}\n", r.perplexity);
-      else std::cout << fmt::format("eval_f1 {:.6f}\n", r.f1);
+      else std::cout << fmt::format("eval_f1 {:.6f}\neval_labels_present {}\n", r.f1, r.labels_present);
       std::cout << fmt::format("eval_count {}\n", r.count);
     }
     return 0;

@@ -84,6 +84,11 @@ EvalResult evaluate(model::Gpt& gpt, data::EvalReader& reader, comm::Communicato
     std::vector<int64_t> confusion(sums.confusion.size());
     for (size_t i = 0; i < confusion.size(); ++i) confusion[i] = static_cast<int64_t>(buf[3 + i]);
     r.f1 = macro_f1(confusion, num_labels);
+    for (int64_t t = 0; t < num_labels; ++t) {
+      int64_t row = 0;
+      for (int64_t p = 0; p < num_labels; ++p) row += confusion[static_cast<size_t>(t * num_labels + p)];
+      r.labels_present += row > 0 ? 1 : 0;
+    }
   } else {
     r.perplexity = std::exp(r.loss);
   }

@@ -22,6 +22,7 @@ struct EvalResult {
   double perplexity = 0.0;  // LM only
   double f1 = 0.0;          // classification: macro F1 over labels
   int64_t count = 0;        // tokens (LM) or samples (classification) evaluated
+  int64_t labels_present = 0;  // classification: distinct true labels among the evaluated samples
 };
 
 // Sums gathered per rank; reduced over ranks by evaluate().

@@ -66,18 +66,28 @@ PY
       || fail "TensorBoard events differ from metrics.jsonl"
     ;;
   best_checkpoint)
-    # A high constant learning rate makes the validation loss turn up again, so the best evaluation
-    # is older than the checkpoints the rotation keeps (keep = 2, every 4 steps).
+    # lr 0.1: the validation accuracy climbs, then stays flat at the unigram plateau, so its best
+    # (first reached, strict improvements only) is older than the two checkpoints the rotation keeps.
     lm_data
-    train 2 run --set train.max_steps=32 --set eval.strategy=steps --set eval.every_steps=4 --set train.lr=3e-2 \
-      --set train.lr_schedule=constant --set train.grad_clip=0 --set checkpoint.keep_best=true \
-      --set checkpoint.every_steps=4 --set checkpoint.keep=2 --set local_sgd.enabled=true --set local_sgd.steps=3
-    read -r best_step best_loss < <(evals run | sort -g -k2 | head -n 1)
+    RUN=(--set train.max_steps=32 --set eval.strategy=steps --set eval.every_steps=4 --set train.lr=0.1
+         --set train.lr_schedule=constant --set train.grad_clip=0 --set checkpoint.every_steps=4 --set checkpoint.keep=2
+         --set local_sgd.enabled=true --set local_sgd.steps=3)
+    train 2 run "${RUN[@]}" --set checkpoint.keep_best=true --set checkpoint.best_metric=eval_accuracy
+    read -r best_step best_loss < <(python3 - "$WORK/run/metrics.jsonl" <<'PY'
+import json, sys
+evals = [l for l in map(json.loads, open(sys.argv[1])) if "eval_loss" in l]
+for e in evals: print(f"step {e['step']}: eval_accuracy {e['eval_accuracy']:.6f} eval_loss {e['eval_loss']:.6f}", file=sys.stderr)
+best = max(evals, key=lambda e: (e["eval_accuracy"], -e["step"]))
+print(best["step"], best["eval_loss"])
+PY
+)
     want=$(printf 'best-%08d.h5' "$best_step")
-    echo "evaluations:"; evals run
     [ "$(cat "$WORK/run/checkpoints/best")" = "$want" ] || fail "best pointer '$(cat "$WORK/run/checkpoints/best")', want $want"
     [ "$(ls "$WORK/run/checkpoints/"best-*.h5 | wc -l)" -eq 1 ] || fail "superseded best files were not removed"
-    echo "kept: $(cd "$WORK/run/checkpoints" && ls ckpt-*.h5 | tr '\n' ' ') best: $want (eval_loss $best_loss)"
+    kept=$(cd "$WORK/run/checkpoints" && ls ckpt-*.h5 | tr '\n' ' ')
+    echo "kept: $kept best: $want"
+    oldest=$(ls "$WORK/run/checkpoints/"ckpt-*.h5 | head -n 1 | sed 's/.*ckpt-0*\([0-9]*\)\.h5/\1/')
+    [ "$best_step" -lt "$oldest" ] || fail "the best (step $best_step) is not older than the kept checkpoints ($kept)"
     # The best file holds the averaged model that was evaluated (local SGD: step 4k is mid-interval).
     expect_rc 0 mpi 2 "$HPCTRAIN" eval --checkpoint best --set train.output_dir="$WORK/run" --set eval.max_batches=4
     got=$(awk '/^eval_loss/{print $2}' "$WORK/out.txt")
@@ -85,20 +95,18 @@ PY
       || fail "eval of best: $got, the run logged $best_loss at step $best_step"
     expect_rc 0 mpi 1 "$HPCTRAIN" eval --checkpoint latest --set train.output_dir="$WORK/run" --set eval.max_batches=4
     expect_text "ckpt-00000032.h5"
-    # Saves are passive: the same run without keep_best ends with the same final checkpoint model.
-    train 2 plain --set train.max_steps=32 --set eval.strategy=steps --set eval.every_steps=4 --set train.lr=3e-2 \
-      --set train.lr_schedule=constant --set train.grad_clip=0 --set checkpoint.every_steps=4 --set checkpoint.keep=2 \
-      --set local_sgd.enabled=true --set local_sgd.steps=3
+    # Saves are passive: the same run without keep_best ends with the same final model.
+    train 2 plain "${RUN[@]}"
     h5diff "$WORK/run/checkpoints/ckpt-00000032.h5" "$WORK/plain/checkpoints/ckpt-00000032.h5" /model /model \
       || fail "keep_best changed the training"
     ;;
   early_stopping)
-    # Threshold 10 nats: no evaluation after the first one counts as an improvement, so patience 2
-    # stops at the third evaluation (step 12 of 40).
+    # Threshold 10 nats: no later evaluation improves by more, so patience 2 stops at the third
+    # evaluation (step 12 of 40); the best still follows each (smaller) improvement.
     lm_data
     train 2 run --set train.max_steps=40 --set eval.strategy=steps --set eval.every_steps=4 \
       --set train.early_stopping_patience=2 --set train.early_stopping_threshold=10
-    expect_text "early stopping: eval_loss has not improved by more than 10 for 2 evaluations (best .* at step 4)"
+    expect_text "early stopping: eval_loss has not improved by more than 10 for 2 evaluations (best .* at step 12)"
     expect_text "stopping at step 12 of 40"
     [ -f "$WORK/run/checkpoints/ckpt-00000012.h5" ] || fail "no checkpoint at the stopping step"
     last=$(python3 -c "import json;print(max(json.loads(l)['step'] for l in open('$WORK/run/metrics.jsonl')))")

@@ -27,4 +27,9 @@ if [ ! -f "$DATA" ]; then
 fi
 
 echo "run_demo: mpirun ${MPI_FLAGS[*]} $HPCTRAIN train --config $CONFIG $*"
-exec mpirun "${MPI_FLAGS[@]}" "$HPCTRAIN" train --config "$CONFIG" --set "data.path=$DATA" "$@"
+mpirun "${MPI_FLAGS[@]}" "$HPCTRAIN" train --config "$CONFIG" --set "data.path=$DATA" "$@"
+# The run directory as the trainer resolved it (--set train.output_dir=... included).
+OUT=$("$HPCTRAIN" train --config "$CONFIG" --set "data.path=$DATA" "$@" --dump-config 2>/dev/null |
+      awk -F' = ' '/^output_dir/{gsub(/"/, "", $2); print $2; exit}')
+if [ -f "$OUT/loss.png" ]; then echo "run_demo: loss curves: $OUT/loss.png"
+else echo "run_demo: no $OUT/loss.png (gnuplot not installed? apt-get install gnuplot-nox)"; fi

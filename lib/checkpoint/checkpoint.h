@@ -44,6 +44,9 @@ class Manager {
   // run resumed from an earlier checkpoint) are never deleted. Returns the path.
   // Every rank throws the same ht::Error(kData) if the write failed (previous checkpoints intact).
   std::string save(const Snapshot& s, int64_t step);
+  // Collective. The best checkpoint: <dir>/best-<step>.h5 with the same crash-safe protocol, then
+  // the pointer <dir>/best; never rotated; the run's previous best file is deleted. Returns the path.
+  std::string save_best(const Snapshot& s, int64_t step);
   // Collective. Newest checkpoint that verifies (falls back with a warning); nullopt if the
   // directory holds no checkpoint at all; ht::Error(kData) if it holds some but none verifies.
   std::optional<Snapshot> load_latest();
@@ -64,6 +67,11 @@ class Manager {
 std::string new_run_id();
 // "ckpt-00000010.h5" for step 10.
 std::string file_name_for_step(int64_t step);
+// "best-00000010.h5": the best checkpoint of step 10 (checkpoint.keep_best).
+std::string best_file_name_for_step(int64_t step);
+// The file a pointer ("latest" or "best") in dir names, as a path. Throws ht::Error(kData) naming
+// the pointer when it is missing or names no file.
+std::string resolve_pointer(const std::string& dir, const std::string& pointer);
 // Final checkpoint files (ckpt-<step>.h5) in dir, newest step first; empty if dir is missing.
 std::vector<std::string> list_checkpoints(const std::string& dir);
 

@@ -51,6 +51,14 @@ const std::regex& name_pattern() {
   return re;
 }
 
+// The step in a best checkpoint's name (best-<step>.h5): outside the rotation's pattern.
+std::optional<int64_t> best_step_of(const std::string& file_name) {
+  static const std::regex re("^best-([0-9]+)\\.h5$");
+  std::smatch m;
+  if (!std::regex_match(file_name, m, re) || m[1].length() > 18) return std::nullopt;
+  return std::stoll(m[1].str());
+}
+
 // The step in a checkpoint's name; nullopt for other names, and for digits beyond int64 (a
 // stray file must not make every save and resume fail).
 std::optional<int64_t> step_of(const std::string& file_name) {
@@ -62,6 +70,18 @@ std::optional<int64_t> step_of(const std::string& file_name) {
 }  // namespace
 
 std::string file_name_for_step(int64_t step) { return fmt::format("ckpt-{:08d}.h5", step); }
+std::string best_file_name_for_step(int64_t step) { return fmt::format("best-{:08d}.h5", step); }
+
+std::string resolve_pointer(const std::string& dir, const std::string& pointer) {
+  HT_REQUIRE(pointer == "latest" || pointer == "best", ExitCode::kUsage,
+             "checkpoint pointer '{}': expected latest or best", pointer);
+  const auto name = pointer == "latest" ? detail::read_latest(dir) : detail::read_best(dir);
+  HT_REQUIRE(name.has_value(), ExitCode::kData, "{}/{}: no such checkpoint pointer{}", dir, pointer,
+             pointer == "best" ? " (is checkpoint.keep_best = true in that run?)" : "");
+  const std::string path = join(dir, *name);
+  HT_REQUIRE(is_regular(path), ExitCode::kData, "{}/{} names {}, which does not exist", dir, pointer, path);
+  return path;
+}
 
 std::string new_run_id() {
   char host[64] = {0};
@@ -167,11 +187,14 @@ void rotate(const std::string& dir, int64_t keep, const std::string& just_writte
 
 }  // namespace
 
-std::string commit_checkpoint(const std::string& dir, const Snapshot& shared, const std::vector<TensorMap>& per_rank,
-                              int64_t step, int64_t world_size, int64_t keep) {
+namespace {
+
+// tmp -> fsync -> rename -> fsync(dir): the file carries its final name only once complete.
+std::string write_durably(const std::string& dir, const std::string& name, const Snapshot& shared,
+                          const std::vector<TensorMap>& per_rank, int64_t step, int64_t world_size) {
   fs::ensure_writable_dir(dir, "checkpoint directory");
   remove_stale_tmps(dir);
-  const std::string path = join(dir, file_name_for_step(step)), tmp = path + ".tmp";
+  const std::string path = join(dir, name), tmp = path + ".tmp";
   Stopwatch clock;
   reserve_space(path + ".space.tmp", estimated_bytes(shared, per_rank));
   try {
@@ -187,13 +210,42 @@ std::string commit_checkpoint(const std::string& dir, const Snapshot& shared, co
   const auto bytes = ::stat(path.c_str(), &st) == 0 ? st.st_size : 0;
   HT_DEBUG("checkpoint saved: {} (step {}, {:.1f} MB, {:.2f} s)", path, step, static_cast<double>(bytes) / 1e6,
           clock.seconds());
-  // The checkpoint is complete and durable from here on: later trouble is a warning, not a failure.
+  return path;
+}
+
+// The checkpoint is complete and durable before its pointer moves: a failure here is a warning.
+void update_pointer(const std::string& dir, const std::string& pointer, const std::string& name,
+                    const std::string& path) {
   try {
-    write_text_atomically(dir, "latest", file_name_for_step(step) + "\n");
+    write_text_atomically(dir, pointer, name + "\n");
   } catch (const std::exception& e) {
-    HT_WARN("checkpoint {} written but `latest` not updated: {}", path, e.what());
+    HT_WARN("checkpoint {} written but `{}` not updated: {}", path, pointer, e.what());
   }
+}
+
+}  // namespace
+
+std::string commit_checkpoint(const std::string& dir, const Snapshot& shared, const std::vector<TensorMap>& per_rank,
+                              int64_t step, int64_t world_size, int64_t keep) {
+  const std::string name = file_name_for_step(step);
+  const std::string path = write_durably(dir, name, shared, per_rank, step, world_size);
+  update_pointer(dir, "latest", name, path);
   rotate(dir, keep, path, step, shared.run_id);
+  return path;
+}
+
+std::string commit_best(const std::string& dir, const Snapshot& shared, const std::vector<TensorMap>& per_rank,
+                        int64_t step, int64_t world_size) {
+  const std::string name = best_file_name_for_step(step);
+  const std::string path = write_durably(dir, name, shared, per_rank, step, world_size);
+  update_pointer(dir, "best", name, path);
+  // The previous best of this run is superseded; other runs' files are not ours to delete.
+  for (const auto& entry : dir_entries(dir)) {
+    if (entry == name || !best_step_of(entry) || shared.run_id.empty()) continue;
+    const std::string old = join(dir, entry);
+    if (run_id_of(old) != shared.run_id) continue;
+    if (::unlink(old.c_str()) != 0) HT_WARN("could not delete superseded best checkpoint {}: {}", old, std::strerror(errno));
+  }
   return path;
 }
 
@@ -202,6 +254,13 @@ std::optional<std::string> read_latest(const std::string& dir) {
   std::string name;
   if (!in || !std::getline(in, name)) return std::nullopt;
   if (!step_of(name)) return std::nullopt;  // not one of our names: ignore rather than follow
+  return name;
+}
+
+std::optional<std::string> read_best(const std::string& dir) {
+  std::ifstream in(join(dir, "best"));
+  std::string name;
+  if (!in || !std::getline(in, name) || !best_step_of(name)) return std::nullopt;
   return name;
 }
 

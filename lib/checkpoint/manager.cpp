@@ -75,6 +75,19 @@ std::string Manager::save(const Snapshot& s, int64_t step) {
   return agree(comm_, outcome).substr(1);
 }
 
+std::string Manager::save_best(const Snapshot& s, int64_t step) {
+  const std::vector<detail::TensorMap> per_rank = detail::gather_to_root(comm_, s.per_rank);
+  std::string outcome;
+  if (comm_.rank() == 0) {
+    try {
+      outcome = "O" + detail::commit_best(dir_, s, per_rank, step, comm_.size());
+    } catch (const std::exception& e) {
+      outcome = failure(e);
+    }
+  }
+  return agree(comm_, outcome).substr(1);
+}
+
 Snapshot Manager::load(const std::string& path) {
   detail::FileContents c;
   std::string outcome;

@@ -167,6 +167,24 @@ struct Codec<E, std::enable_if_t<std::is_enum_v<E>>> {
   static std::string literal(E v) { return Codec<std::string>::literal(std::string(name_of(v))); }
 };
 
+// TOML `true`/`false` or the string "auto".
+template <>
+struct Codec<AutoBool> {
+  static std::string type() { return choices<AutoBool>(); }
+  static AutoBool from_text(const std::string& key, const std::string& s) {
+    if (auto v = parse_enum<AutoBool>(s)) return *v;
+    bad(key, fmt::format("'{}' is not one of: {}", s, choices<AutoBool>()));
+  }
+  static AutoBool from_toml(const std::string& key, const toml::node& n) {
+    if (n.is_boolean()) return n.as_boolean()->get() ? AutoBool::kTrue : AutoBool::kFalse;
+    if (!n.is_string()) bad(key, "expected true, false or \"auto\"");
+    return from_text(key, n.as_string()->get());
+  }
+  static std::string literal(AutoBool v) {
+    return v == AutoBool::kAuto ? "\"auto\"" : v == AutoBool::kTrue ? "true" : "false";
+  }
+};
+
 struct Key {
   std::string name;  // section.key
   std::string type;  // for help: int, float, bool, string, or the enum's choices
@@ -236,10 +254,15 @@ const std::vector<Key>& keys() {
       HT_KEY(train, nan_policy, "what a NaN/inf loss does: stop the run or skip the step"),
       HT_KEY(train, peak_flops, "peak FLOP/s per rank for MFU; 0 = measure with a matmul at start"),
       HT_KEY(train, deterministic, "torch deterministic algorithms"),
+      HT_KEY(train, early_stopping_patience,
+             "stop after this many evaluations in a row without an improvement of checkpoint.best_metric; 0 = off"),
+      HT_KEY(train, early_stopping_threshold, "an evaluation improves only if it beats the best by more than this"),
       HT_KEY(eval, strategy, "when to evaluate"),
       HT_KEY(eval, every_steps, "evaluate every N steps (strategy = steps)"),
       HT_KEY(eval, batch_size, "samples per rank per evaluation batch"),
-      HT_KEY(eval, max_batches, "evaluation batches per rank; 0 = whole validation set"),
+      HT_KEY(eval, max_batches,
+             "limit evaluation to a fixed seeded random subset (seed data.seed) of max_batches x batch_size "
+             "validation samples in all, the same for any rank count; 0 = whole validation set"),
       HT_KEY(recompute, policy, "which blocks drop and recompute their activations"),
       HT_KEY(recompute, k, "every_k: recompute blocks whose index is a multiple of k"),
       HT_KEY(recompute, first_n, "every_k: recompute the first N blocks instead (0 = use k)"),
@@ -267,12 +290,19 @@ const std::vector<Key>& keys() {
       HT_KEY(checkpoint, save_final, "save a checkpoint when training ends"),
       HT_KEY(checkpoint, allow_dataset_change,
              "resume although data.path now holds other data than the checkpoint was trained on"),
+      HT_KEY(checkpoint, keep_best,
+             "keep the checkpoint of the best evaluation (best-<step>.h5, pointer `best`) outside the rotation"),
+      HT_KEY(checkpoint, best_metric, "evaluation metric that decides the best checkpoint and early stopping"),
+      HT_KEY(checkpoint, greater_is_better,
+             "whether a larger best_metric is better; auto = false for loss/perplexity, true for accuracy/F1"),
       HT_KEY(log, every_steps, "console/metrics line every N steps"),
       HT_KEY(log, level, "console verbosity"),
       HT_KEY(log, all_ranks, "show info lines of every rank (each prefixed with its rank)"),
       HT_KEY(log, metrics_file, "JSONL metrics file name inside output_dir"),
       HT_KEY(log, trace_steps, "Chrome trace (Perfetto) of the phases of steps A..B, one file per rank in "
                                "<output_dir>/trace/; empty = none"),
+      HT_KEY(log, tensorboard, "also write every metrics line and the config as TensorBoard events in output_dir"),
+      HT_KEY(log, plot, "write loss.png (and accuracy.png for classification) in output_dir at the end (gnuplot)"),
   };
   return k;
 }
@@ -307,6 +337,11 @@ Config finish_load(Config cfg, const std::vector<std::string>& overrides) {
 
 std::string Config::checkpoint_dir() const {
   return checkpoint.dir.empty() ? train.output_dir + "/checkpoints" : checkpoint.dir;
+}
+
+bool Config::greater_is_better() const {
+  if (checkpoint.greater_is_better != AutoBool::kAuto) return checkpoint.greater_is_better == AutoBool::kTrue;
+  return checkpoint.best_metric == EvalMetric::kEvalAccuracy || checkpoint.best_metric == EvalMetric::kEvalF1;
 }
 
 void apply_override(Config& cfg, const std::string& assignment) {

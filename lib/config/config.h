@@ -24,6 +24,10 @@ enum class OptimizerState { kLocal, kAverage };
 enum class OuterOptimizer { kAverage, kDiloco };
 enum class ExchangeDtype { kFp32, kBf16, kFp16 };
 enum class OptimizerImpl { kAuto, kFused, kForeach, kPlain };
+// A metric that evaluation logs (metrics.jsonl names), for the best checkpoint and early stopping.
+enum class EvalMetric { kEvalLoss, kEvalAccuracy, kEvalF1, kEvalPerplexity };
+// A boolean whose default depends on another key ("auto" in config files).
+enum class AutoBool { kAuto, kFalse, kTrue };
 
 // An inclusive range of optimizer steps ("A:B" in config files), e.g. for log.trace_steps.
 // Empty (first = 0) means none.
@@ -58,6 +62,11 @@ HT_ENUM_NAMES(ht::config::ExchangeDtype, {ht::config::ExchangeDtype::kFp32, "fp3
 HT_ENUM_NAMES(ht::config::OptimizerImpl, {ht::config::OptimizerImpl::kAuto, "auto"},
               {ht::config::OptimizerImpl::kFused, "fused"}, {ht::config::OptimizerImpl::kForeach, "foreach"},
               {ht::config::OptimizerImpl::kPlain, "plain"})
+HT_ENUM_NAMES(ht::config::EvalMetric, {ht::config::EvalMetric::kEvalLoss, "eval_loss"},
+              {ht::config::EvalMetric::kEvalAccuracy, "eval_accuracy"}, {ht::config::EvalMetric::kEvalF1, "eval_f1"},
+              {ht::config::EvalMetric::kEvalPerplexity, "eval_perplexity"})
+HT_ENUM_NAMES(ht::config::AutoBool, {ht::config::AutoBool::kAuto, "auto"}, {ht::config::AutoBool::kFalse, "false"},
+              {ht::config::AutoBool::kTrue, "true"})
 HT_ENUM_NAMES(ht::log::Level, {ht::log::Level::kTrace, "trace"}, {ht::log::Level::kDebug, "debug"},
               {ht::log::Level::kInfo, "info"}, {ht::log::Level::kWarn, "warn"}, {ht::log::Level::kError, "error"})
 
@@ -107,13 +116,15 @@ struct TrainConfig {
   NanPolicy nan_policy = NanPolicy::kStop;
   double peak_flops = 0;          // FLOP/s per rank for MFU; 0 = measured at start
   bool deterministic = false;
+  int64_t early_stopping_patience = 0;   // evaluations without improvement before stopping; 0 = off
+  double early_stopping_threshold = 0.0; // an improvement must exceed this (in the metric's units)
 };
 
 struct EvalConfig {
   EvalStrategy strategy = EvalStrategy::kEpoch;
   int64_t every_steps = 0;
   int64_t batch_size = 16;
-  int64_t max_batches = 0;  // per rank; 0 = whole validation set
+  int64_t max_batches = 0;  // x batch_size = samples of a seeded random subset (all ranks together); 0 = all
 };
 
 struct RecomputeConfig {
@@ -146,6 +157,9 @@ struct CheckpointConfig {
   int64_t keep = 2;
   bool save_final = true;
   bool allow_dataset_change = false;  // resume even if data.path now holds other data than the checkpoint's
+  bool keep_best = false;             // keep the checkpoint of the best evaluation outside the rotation
+  EvalMetric best_metric = EvalMetric::kEvalLoss;  // also the metric early stopping watches
+  AutoBool greater_is_better = AutoBool::kAuto;    // auto: loss and perplexity lower, accuracy and F1 higher
 };
 
 struct LogConfig {
@@ -154,6 +168,8 @@ struct LogConfig {
   bool all_ranks = false;
   std::string metrics_file = "metrics.jsonl";
   StepRange trace_steps;  // Chrome trace of these steps' phases, one file per rank
+  bool tensorboard = false;  // also write metrics as TensorBoard events in output_dir (rank 0)
+  bool plot = true;          // loss.png (gnuplot, when installed) in output_dir at the end of a run
 };
 
 struct Config {
@@ -167,6 +183,8 @@ struct Config {
   LogConfig log;
 
   std::string checkpoint_dir() const;
+  // checkpoint.greater_is_better resolved against checkpoint.best_metric.
+  bool greater_is_better() const;
 };
 
 // Parses a TOML file (may be empty for defaults only) and applies "section.key=value" overrides.

@@ -53,6 +53,25 @@ void check_fits_in_memory(const Config& c) {
                     c.train.micro_batch_size, c.model.seq_len, act_bytes / gib, mem / gib));
 }
 
+// The best checkpoint and early stopping watch a metric that evaluation must log.
+void check_evaluation_use(const Config& c) {
+  if (c.train.early_stopping_patience < 0) bad("train.early_stopping_patience", "must be >= 0 (0 = off)");
+  if (!(c.train.early_stopping_threshold >= 0)) bad("train.early_stopping_threshold", "must be >= 0");
+  const bool uses_metric = c.checkpoint.keep_best || c.train.early_stopping_patience > 0;
+  if (!uses_metric) return;
+  const char* user = c.checkpoint.keep_best ? "checkpoint.keep_best" : "train.early_stopping_patience";
+  if (c.eval.strategy == EvalStrategy::kNo)
+    bad(user, "needs evaluations, but eval.strategy = no; set eval.strategy = steps or epoch");
+  const EvalMetric m = c.checkpoint.best_metric;
+  if (m == EvalMetric::kEvalF1 && c.model.task != Task::kClassification)
+    bad("checkpoint.best_metric", fmt::format("eval_f1 is never logged for model.task = {} (classification only); "
+                                              "use eval_loss, eval_accuracy or eval_perplexity",
+                                              name_of(c.model.task)));
+  if (m == EvalMetric::kEvalPerplexity && c.model.task != Task::kCausalLm)
+    bad("checkpoint.best_metric", "eval_perplexity is logged for model.task = causal-lm only; use eval_loss, "
+                                  "eval_accuracy or eval_f1");
+}
+
 }  // namespace
 
 void validate(const Config& c) {
@@ -116,6 +135,7 @@ void validate(const Config& c) {
   if (c.train.autocast == Autocast::kBf16 && c.recompute.policy == RecomputePolicy::kSelective)
     bad("recompute.policy", "selective does not support train.autocast = bf16 (its hand-written linear backward is "
                             "fp32); use full or every_k with autocast");
+  check_evaluation_use(c);
   check_fits_in_memory(c);
 }
 

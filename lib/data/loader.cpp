@@ -1,5 +1,6 @@
 // Loader: deterministic distributed sampling + a bounded prefetch queue on a background thread.
-// EvalReader: contiguous per-rank shards, read in order on the calling thread.
+// EvalReader: contiguous per-rank shards (of the split, or of its seeded subset), read in order on
+// the calling thread.
 #include "data/loader.h"
 
 #include <condition_variable>
@@ -212,14 +213,18 @@ const DatasetMeta& Loader::meta() const { return impl_->source->meta(); }
 struct EvalReader::Impl {
   std::unique_ptr<SampleSource> source;
   int64_t begin = 0, end = 0, pos = 0, batch = 0;
+  std::vector<int64_t> subset;  // global sample indices when limited; positions index into it
 };
 
 EvalReader::EvalReader(std::shared_ptr<const Dataset> data, const std::string& split, int64_t seq_len, int64_t batch,
-                       comm::Communicator& comm)
+                       comm::Communicator& comm, int64_t max_samples, int64_t seed)
     : impl_(std::make_unique<Impl>()) {
   HT_REQUIRE(batch > 0, ExitCode::kUsage, "evaluation batch size {} must be positive", batch);
   impl_->source = std::make_unique<SampleSource>(std::move(data), split, seq_len, size_t{64} << 20);
-  const int64_t n = impl_->source->size(), w = comm.size(), r = comm.rank();
+  if (max_samples > 0 && max_samples < impl_->source->size())
+    impl_->subset = eval_subset(impl_->source->size(), max_samples, seed);
+  const int64_t n = impl_->subset.empty() ? impl_->source->size() : static_cast<int64_t>(impl_->subset.size());
+  const int64_t w = comm.size(), r = comm.rank();
   impl_->begin = r * n / w;
   impl_->end = (r + 1) * n / w;
   impl_->pos = impl_->begin;
@@ -233,7 +238,8 @@ bool EvalReader::next(Batch& out) {
   if (s.pos >= s.end) return false;
   const int64_t count = std::min(s.batch, s.end - s.pos);
   std::vector<int64_t> ids(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) ids[static_cast<size_t>(i)] = s.pos + i;
+  for (int64_t i = 0; i < count; ++i)
+    ids[static_cast<size_t>(i)] = s.subset.empty() ? s.pos + i : s.subset[static_cast<size_t>(s.pos + i)];
   out = s.source->read(ids);
   s.pos += count;
   return true;

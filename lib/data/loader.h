@@ -66,8 +66,10 @@ class Loader {
 // so every sample is evaluated exactly once over all ranks.
 class EvalReader {
  public:
+  // max_samples > 0: only a seeded random subset of that many samples of the split (the same
+  // global samples for any rank count: data::eval_subset, then split across ranks); 0 = all.
   EvalReader(std::shared_ptr<const Dataset> data, const std::string& split, int64_t seq_len, int64_t batch,
-             comm::Communicator& comm);
+             comm::Communicator& comm, int64_t max_samples = 0, int64_t seed = 0);
   ~EvalReader();
   // False when this rank's shard is exhausted (max_batches = 0: no limit).
   bool next(Batch& out);

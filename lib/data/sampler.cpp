@@ -1,5 +1,6 @@
 #include "data/sampler.h"
 
+#include <algorithm>
 #include <numeric>
 
 namespace ht::data {
@@ -29,6 +30,21 @@ std::vector<int64_t> epoch_permutation(int64_t n, int64_t seed, int64_t epoch, b
     std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(j)]);
   }
   return perm;
+}
+
+std::vector<int64_t> eval_subset(int64_t n, int64_t count, int64_t seed) {
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  std::iota(idx.begin(), idx.end(), int64_t{0});
+  if (count <= 0 || count >= n) return idx;
+  // A stream of its own (not the epoch permutations'): the subset stays fixed for the whole run.
+  SplitMix64 rng(mix_seed(static_cast<uint64_t>(seed), 0x6576616c73756273ull));
+  for (int64_t i = 0; i < count; ++i) {
+    const auto j = i + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i)));
+    std::swap(idx[static_cast<size_t>(i)], idx[static_cast<size_t>(j)]);
+  }
+  idx.resize(static_cast<size_t>(count));
+  std::sort(idx.begin(), idx.end());
+  return idx;
 }
 
 std::vector<int64_t> micro_batch_indices(const std::vector<int64_t>& perm, const BatchGeometry& g, int64_t step,

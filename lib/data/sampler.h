@@ -30,6 +30,12 @@ uint64_t mix_seed(uint64_t a, uint64_t b);
 // Permutation of [0, n) for (seed, epoch); identity when shuffle is false.
 std::vector<int64_t> epoch_permutation(int64_t n, int64_t seed, int64_t epoch, bool shuffle);
 
+// The validation subset of eval.max_batches: `count` distinct indices of [0, n), a seeded random
+// draw (partial Fisher-Yates with our own generator, so the same on every platform) returned in
+// increasing order. The whole range when count is 0 or >= n. Rank-independent by construction:
+// callers split the result across ranks afterwards.
+std::vector<int64_t> eval_subset(int64_t n, int64_t count, int64_t seed);
+
 // Partition of the permutation into global batches of G = world * grad_accum * micro_batch.
 struct BatchGeometry {
   int64_t world = 1;

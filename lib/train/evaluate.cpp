@@ -57,8 +57,7 @@ void accumulate_batch(model::Gpt& gpt, const data::Batch& batch, const torch::De
 
 }  // namespace
 
-EvalResult evaluate(model::Gpt& gpt, data::EvalReader& reader, comm::Communicator& comm, const torch::Device& device,
-                    int64_t max_batches) {
+EvalResult evaluate(model::Gpt& gpt, data::EvalReader& reader, comm::Communicator& comm, const torch::Device& device) {
   const bool was_training = gpt->is_training();
   gpt->eval();
   torch::NoGradGuard no_grad;
@@ -67,8 +66,7 @@ EvalResult evaluate(model::Gpt& gpt, data::EvalReader& reader, comm::Communicato
   sums.confusion.assign(static_cast<size_t>(std::max<int64_t>(num_labels, 0) * std::max<int64_t>(num_labels, 0)), 0);
   reader.rewind();
   data::Batch batch;
-  for (int64_t b = 0; (max_batches == 0 || b < max_batches) && reader.next(batch); ++b)
-    accumulate_batch(gpt, batch, device, sums);
+  while (reader.next(batch)) accumulate_batch(gpt, batch, device, sums);
   if (was_training) gpt->train();
 
   // One reduction of [loss_sum, correct, count, confusion...] as doubles (exact for counts < 2^53).
@@ -86,6 +84,11 @@ EvalResult evaluate(model::Gpt& gpt, data::EvalReader& reader, comm::Communicato
     std::vector<int64_t> confusion(sums.confusion.size());
     for (size_t i = 0; i < confusion.size(); ++i) confusion[i] = static_cast<int64_t>(buf[3 + i]);
     r.f1 = macro_f1(confusion, num_labels);
+    for (int64_t t = 0; t < num_labels; ++t) {
+      int64_t row = 0;
+      for (int64_t p = 0; p < num_labels; ++p) row += confusion[static_cast<size_t>(t * num_labels + p)];
+      r.labels_present += row > 0 ? 1 : 0;
+    }
   } else {
     r.perplexity = std::exp(r.loss);
   }
@@ -107,10 +110,25 @@ EvalResult evaluate_checkpoint(const RunSetup& setup, const std::string& checkpo
     torch::NoGradGuard no_grad;
     for (auto& p : gpt->named_parameters()) p.value().copy_(snap.tensors.at("model/" + p.key()));
     for (auto& b : gpt->named_buffers()) b.value().copy_(snap.tensors.at("model_buffers/" + b.key()));
-    reader = std::make_unique<data::EvalReader>(setup.data, "val", cfg.model.seq_len, cfg.eval.batch_size, comm);
+    reader = make_eval_reader(cfg, setup.data, comm);
   });
   gpt->to(device);
-  return evaluate(gpt, *reader, comm, device, cfg.eval.max_batches);
+  return evaluate(gpt, *reader, comm, device);
+}
+
+std::unique_ptr<data::EvalReader> make_eval_reader(const config::Config& cfg, std::shared_ptr<const data::Dataset> data,
+                                                   comm::Communicator& comm) {
+  return std::make_unique<data::EvalReader>(std::move(data), "val", cfg.model.seq_len, cfg.eval.batch_size, comm,
+                                            cfg.eval.max_batches * cfg.eval.batch_size, cfg.data.seed);
+}
+
+bool evaluation_due(const config::EvalConfig& eval, int64_t step, int64_t steps_per_epoch) {
+  switch (eval.strategy) {
+    case config::EvalStrategy::kSteps: return step % eval.every_steps == 0;
+    case config::EvalStrategy::kEpoch: return steps_per_epoch > 0 && step % steps_per_epoch == 0;
+    case config::EvalStrategy::kNo: return false;
+  }
+  return false;
 }
 
 }  // namespace ht::train

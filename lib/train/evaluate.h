@@ -22,6 +22,7 @@ struct EvalResult {
   double perplexity = 0.0;  // LM only
   double f1 = 0.0;          // classification: macro F1 over labels
   int64_t count = 0;        // tokens (LM) or samples (classification) evaluated
+  int64_t labels_present = 0;  // classification: distinct true labels among the evaluated samples
 };
 
 // Sums gathered per rank; reduced over ranks by evaluate().
@@ -36,9 +37,16 @@ struct EvalSums {
 // prediction are left out of the mean, as scikit-learn's zero_division behaviour would make them 0).
 double macro_f1(const std::vector<int64_t>& confusion, int64_t num_labels);
 
-// Runs the model in eval mode over the reader; max_batches = 0 reads this rank's whole shard.
-EvalResult evaluate(model::Gpt& gpt, data::EvalReader& reader, comm::Communicator& comm, const torch::Device& device,
-                    int64_t max_batches = 0);
+// Whether eval.strategy asks for an evaluation after optimizer step `step`.
+bool evaluation_due(const config::EvalConfig& eval, int64_t step, int64_t steps_per_epoch);
+
+// Runs the model in eval mode over this rank's part of the reader's samples.
+EvalResult evaluate(model::Gpt& gpt, data::EvalReader& reader, comm::Communicator& comm, const torch::Device& device);
+
+// The validation reader of a run: eval.max_batches > 0 limits it to a seeded random subset of
+// eval.max_batches x eval.batch_size samples in all (seed data.seed), the same for any rank count.
+std::unique_ptr<data::EvalReader> make_eval_reader(const config::Config& cfg, std::shared_ptr<const data::Dataset> data,
+                                                   comm::Communicator& comm);
 
 // Collective. Builds the model of setup.cfg, loads the checkpoint's parameters (refused when the
 // checkpoint does not fit that model: checkpoint::check_compatible) and evaluates the val split.

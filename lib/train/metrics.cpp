@@ -16,39 +16,6 @@
 
 namespace ht::train {
 
-MetricsWriter::MetricsWriter(const std::string& path, bool enabled) : enabled_(enabled) {
-  if (!enabled_) return;
-  out_.open(path, std::ios::app);
-  HT_REQUIRE(out_.good(), ExitCode::kData, "{}: cannot open metrics file for writing", path);
-}
-
-void MetricsWriter::write(const nlohmann::json& line) {
-  if (!enabled_) return;
-  out_ << line.dump() << '\n';
-  out_.flush();
-}
-
-void truncate_metrics(const std::string& path, int64_t step) {
-  std::ifstream in(path);
-  if (!in) return;
-  const std::string tmp = path + ".tmp";
-  std::ofstream out(tmp, std::ios::trunc);
-  HT_REQUIRE(out.good(), ExitCode::kData, "{}: cannot write", tmp);
-  int64_t dropped = 0;
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object() || (j.contains("step") && j["step"].is_number() && j["step"] > step)) {
-      ++dropped;
-      continue;
-    }
-    out << line << '\n';
-  }
-  out.close();
-  HT_REQUIRE(out.good() && std::rename(tmp.c_str(), path.c_str()) == 0, ExitCode::kData,
-             "{}: cannot replace it with the lines up to step {}", path, step);
-  if (dropped > 0) HT_INFO("{}: dropped {} line(s) after step {} (redone by this run)", path, dropped, step);
-}
-
 void report_step(MetricsWriter& metrics, const StepReport& r, const SyncStats& sync) {
   const double tokens_per_s = static_cast<double>(r.global_tokens) / r.step_seconds;
   const double mfu = r.flops_per_token * tokens_per_s / (r.peak_flops_per_rank * r.world_size);
@@ -125,6 +92,11 @@ double measure_peak_flops(const torch::Device& device, torch::ScalarType dtype) 
   }
   // The best run: on a shared machine slower runs measure the neighbours, not the hardware.
   return *std::max_element(rates.begin(), rates.end());
+}
+
+double resolve_peak_flops(const config::TrainConfig& train, const torch::Device& device) {
+  if (train.peak_flops > 0) return train.peak_flops;
+  return measure_peak_flops(device, train.autocast == config::Autocast::kBf16 ? torch::kBFloat16 : torch::kFloat);
 }
 
 void log_run_start(const RunShape& r) {

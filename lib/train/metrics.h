@@ -1,5 +1,5 @@
-// Run metrics: metrics.jsonl (one JSON object per line, rank 0 only), the console lines of
-// training steps and evaluations, and the peak FLOP/s figure that MFU is measured against.
+// What a run logs: the console lines and metrics lines (train/metrics_writer.h) of training steps
+// and evaluations, and the peak FLOP/s figure that MFU is measured against.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <torch/types.h>
@@ -10,24 +10,10 @@
 #include "config/config.h"
 #include "train/evaluate.h"
 #include "train/local_sgd.h"
+#include "train/metrics_writer.h"
 #include "train/phases.h"
 
 namespace ht::train {
-
-class MetricsWriter {
- public:
-  // Appends to path (resume keeps earlier lines); enabled = false writes nothing (non-zero ranks).
-  MetricsWriter(const std::string& path, bool enabled);
-  void write(const nlohmann::json& line);
-
- private:
-  std::ofstream out_;
-  bool enabled_;
-};
-
-// After a resume from step `step`: drops the lines of later steps (work the crashed run did and
-// this one redoes) and a torn last line, so the file holds each step once. Atomic (tmp + rename).
-void truncate_metrics(const std::string& path, int64_t step);
 
 // One optimizer step as it is logged.
 struct StepReport {
@@ -65,5 +51,7 @@ void report_eval(MetricsWriter& metrics, const EvalResult& r, int64_t step, int6
 // denominator when train.peak_flops = 0. Its operands come from a private generator: the run's
 // random streams are not touched.
 double measure_peak_flops(const torch::Device& device, torch::ScalarType dtype);
+// train.peak_flops when set, else measure_peak_flops in the precision train.autocast uses.
+double resolve_peak_flops(const config::TrainConfig& train, const torch::Device& device);
 
 }  // namespace ht::train

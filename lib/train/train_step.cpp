@@ -5,6 +5,10 @@
 #include <torch/nn/functional/loss.h>
 
 #include <cmath>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "core/signals.h"
 
 namespace ht::train {
 
@@ -69,6 +73,20 @@ AccumulatedLoss accumulate_gradients(model::Gpt& gpt, data::Loader& loader, int6
   out.mean_loss = loss_sum / static_cast<double>(grad_accum);
   out.finite = std::isfinite(out.mean_loss);
   return out;
+}
+
+StepFlags agree_step_flags(bool finite_here, comm::Communicator& comm, PhaseClock& clock) {
+  int64_t flags[2] = {finite_here ? 0 : 1, signals::pending() ? 1 : 0};
+  PhaseClock::Scope phase(clock, Phase::kComm);
+  comm.allreduce(flags, 2, comm::DType::kI64, comm::ReduceOp::kMax);
+  return StepFlags{flags[0] != 0, flags[1] != 0};
+}
+
+void maybe_inject_failure(int rank, int64_t step) {
+  static const char* r = std::getenv("HPCTRAIN_TEST_FAIL_RANK");
+  static const char* s = std::getenv("HPCTRAIN_TEST_FAIL_STEP");
+  if (r && s && std::atoi(r) == rank && std::atoll(s) == step)
+    HT_FAIL(ExitCode::kRuntime, "injected failure on rank {} at step {} (HPCTRAIN_TEST_FAIL_RANK/STEP)", rank, step);
 }
 
 }  // namespace ht::train

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "comm/communicator.h"
 #include "config/config.h"
 #include "data/batch.h"
 #include "data/loader.h"
@@ -52,5 +53,17 @@ struct AccumulatedLoss {
 AccumulatedLoss accumulate_gradients(model::Gpt& gpt, data::Loader& loader, int64_t grad_accum,
                                      const torch::Device& device, config::Autocast autocast, PhaseClock& clock,
                                      const std::function<void(bool last_micro_batch)>& before_backward = {});
+
+// The one tiny collective per step: whether any rank saw a non-finite loss or has a signal pending
+// (core/signals.h), so every rank takes the same branch. Counted as communication time.
+struct StepFlags {
+  bool any_nonfinite = false;
+  bool any_signal = false;
+};
+StepFlags agree_step_flags(bool finite_here, comm::Communicator& comm, PhaseClock& clock);
+
+// Test hook (documented in docs/config.md): HPCTRAIN_TEST_FAIL_RANK=R and HPCTRAIN_TEST_FAIL_STEP=S
+// make rank R throw at step S, to prove that a failing rank ends the whole job without a hang.
+void maybe_inject_failure(int rank, int64_t step);
 
 }  // namespace ht::train

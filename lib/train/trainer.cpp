@@ -14,27 +14,16 @@
 #include "data/loader.h"
 #include "model/gpt.h"
 #include "recompute/recompute.h"
+#include "train/best_tracker.h"
 #include "train/evaluate.h"
 #include "train/local_sgd.h"
 #include "train/metrics.h"
 #include "train/optim.h"
+#include "train/plot.h"
 #include "train/train_state.h"
 #include "train/train_step.h"
 
 namespace ht::train {
-namespace {
-
-// Test hook (documented in docs/config.md): HPCTRAIN_TEST_FAIL_RANK=R and HPCTRAIN_TEST_FAIL_STEP=S
-// make rank R throw at step S, to prove that a failing rank ends the whole job without a hang.
-void maybe_inject_failure(int rank, int64_t step) {
-  static const char* r = std::getenv("HPCTRAIN_TEST_FAIL_RANK");
-  static const char* s = std::getenv("HPCTRAIN_TEST_FAIL_STEP");
-  if (r && s && std::atoi(r) == rank && std::atoll(s) == step)
-    HT_FAIL(ExitCode::kRuntime, "injected failure on rank {} at step {} (HPCTRAIN_TEST_FAIL_RANK/STEP)", rank, step);
-}
-
-}  // namespace
-
 struct Trainer::Impl {
   config::Config cfg;
   std::shared_ptr<const data::Dataset> data;
@@ -48,6 +37,8 @@ struct Trainer::Impl {
   std::unique_ptr<LocalSgd> local_sgd;
   std::unique_ptr<checkpoint::Manager> checkpoints;
   std::unique_ptr<MetricsWriter> metrics;
+  std::unique_ptr<BestTracker> best;
+  bool stop_early = false;  // the last evaluation exhausted train.early_stopping_patience
   Counters counters;
   int64_t total = 0;
   double peak_flops = 0.0;
@@ -58,15 +49,12 @@ struct Trainer::Impl {
 
   Impl(const RunSetup& s, comm::Communicator& c) : cfg(s.cfg), data(s.data), comm(c) {}
 
-  StateRefs refs() {
-    return StateRefs{gpt, *optimizer, *local_sgd, *loader, cfg.local_sgd.enabled};
-  }
+  StateRefs refs() { return StateRefs{gpt, *optimizer, *local_sgd, *loader, cfg.local_sgd.enabled}; }
 
   void build(const ResumeRequest& resume);
   void resume_from(const ResumeRequest& resume);
-  bool evaluation_due() const;
   void run_eval(const char* reason);
-  void save_checkpoint(const char* reason);
+  void save_checkpoint(const char* reason, bool as_best = false);
   // One optimizer step; false when a non-finite loss stops the run.
   bool step(bool& signalled);
   int run();
@@ -89,27 +77,27 @@ void Trainer::Impl::build(const ResumeRequest& resume) {
   comm::run_agreed(comm, [&] {
     loader = std::make_unique<data::Loader>(data, data::LoaderOptions::from_config(cfg), comm);
     if (cfg.eval.strategy != config::EvalStrategy::kNo)
-      eval_reader = std::make_unique<data::EvalReader>(data, "val", cfg.model.seq_len, cfg.eval.batch_size, comm);
+      eval_reader = make_eval_reader(cfg, data, comm);
   });
 
   counters.global_batch = comm.size() * cfg.train.micro_batch_size * cfg.train.grad_accum_steps;
   total = cfg.train.max_steps > 0 ? cfg.train.max_steps : cfg.train.epochs * loader->steps_per_epoch();
   schedule = std::make_unique<LrSchedule>(cfg.train, total);
   checkpoints = std::make_unique<checkpoint::Manager>(cfg.checkpoint_dir(), cfg.checkpoint.keep, comm);
+  best = std::make_unique<BestTracker>(cfg);
   flops_per_token = gpt->flops_per_token(cfg.model.seq_len);
   dataset_identity = data->identity();
   run_id = comm.broadcast_string(comm.rank() == 0 ? checkpoint::new_run_id() : std::string(), 0);
-  peak_flops = cfg.train.peak_flops > 0
-                   ? cfg.train.peak_flops
-                   : measure_peak_flops(device, cfg.train.autocast == config::Autocast::kBf16 ? torch::kBFloat16
-                                                                                             : torch::kFloat);
+  peak_flops = resolve_peak_flops(cfg.train, device);
   start_phase_trace(clock, cfg, total, comm);
   if (comm.rank() == 0) std::ofstream(cfg.train.output_dir + "/config.toml") << config::to_toml(cfg);
   // Last: the restored state (RNG streams included) is what the first step sees.
   resume_from(resume);
   const std::string metrics_path = cfg.train.output_dir + "/" + cfg.log.metrics_file;
   if (comm.rank() == 0 && counters.step > 0) truncate_metrics(metrics_path, counters.step);
-  metrics = std::make_unique<MetricsWriter>(metrics_path, comm.rank() == 0);
+  metrics = std::make_unique<MetricsWriter>(metrics_path, comm.rank() == 0,
+                                            cfg.log.tensorboard ? cfg.train.output_dir : std::string());
+  metrics->text("config", config::to_toml(cfg), counters.step);
 }
 
 void Trainer::Impl::resume_from(const ResumeRequest& resume) {
@@ -125,36 +113,35 @@ void Trainer::Impl::resume_from(const ResumeRequest& resume) {
     restore_state(refs(), counters, *snap, comm.size(), dataset_identity, cfg.checkpoint.allow_dataset_change);
   });
   if (!snap->run_id.empty()) run_id = snap->run_id;
+  best->restore(*snap);
   HT_INFO("resumed at step {} ({} tokens seen, loader epoch {}, sample {})", counters.step, counters.tokens_seen,
           loader->state().epoch, loader->state().samples_consumed);
 }
 
-bool Trainer::Impl::evaluation_due() const {
-  const int64_t steps_per_epoch = loader->steps_per_epoch();
-  switch (cfg.eval.strategy) {
-    case config::EvalStrategy::kSteps: return counters.step % cfg.eval.every_steps == 0;
-    case config::EvalStrategy::kEpoch: return steps_per_epoch > 0 && counters.step % steps_per_epoch == 0;
-    case config::EvalStrategy::kNo: return false;
-  }
-  return false;
-}
-
 // Evaluates the averaged model without averaging the replicas (LocalSgd::with_averaged_model).
+// An improvement of checkpoint.best_metric is saved as the best checkpoint (the model just evaluated).
 void Trainer::Impl::run_eval(const char* reason) {
   if (!eval_reader) return;
-  PhaseClock::Scope phase(clock, Phase::kEval);
-  Stopwatch sw;
   EvalResult r;
-  local_sgd->with_averaged_model([&] { r = evaluate(gpt, *eval_reader, comm, device, cfg.eval.max_batches); });
-  report_eval(*metrics, r, counters.step, loader->epoch(), sw.seconds(), reason);
+  {
+    PhaseClock::Scope phase(clock, Phase::kEval);
+    Stopwatch sw;
+    local_sgd->with_averaged_model([&] { r = evaluate(gpt, *eval_reader, comm, device); });
+    report_eval(*metrics, r, counters.step, loader->epoch(), sw.seconds(), reason);
+  }
+  const BestTracker::Verdict v = best->observe(r, counters.step);
+  stop_early = v.stop;
+  if (v.new_best && cfg.checkpoint.keep_best) save_checkpoint("best", /*as_best=*/true);
 }
 
 // Passive: the file holds the averaged model and each replica; the training goes on unchanged.
-void Trainer::Impl::save_checkpoint(const char* reason) {
+void Trainer::Impl::save_checkpoint(const char* reason, bool as_best) {
   PhaseClock::Scope phase(clock, Phase::kCheckpoint);
   Stopwatch sw;
-  const auto path = checkpoints->save(
-      capture_state(refs(), counters, RunInfo{config::to_toml(cfg), dataset_identity, run_id}, comm), counters.step);
+  checkpoint::Snapshot snap =
+      capture_state(refs(), counters, RunInfo{config::to_toml(cfg), dataset_identity, run_id}, comm);
+  best->store(snap);
+  const auto path = as_best ? checkpoints->save_best(snap, counters.step) : checkpoints->save(snap, counters.step);
   HT_INFO("checkpoint ({}) written: {} in {:.2f}s", reason, path, sw.seconds());
 }
 
@@ -180,14 +167,9 @@ bool Trainer::Impl::step(bool& signalled) {
     PhaseClock::Scope phase(clock, Phase::kComm);
     local_sgd->after_backward();
   }
-  // One tiny collective per step: any rank with a non-finite loss, any rank with a signal.
-  int64_t flags[2] = {acc.finite ? 0 : 1, signals::pending() ? 1 : 0};
-  {
-    PhaseClock::Scope phase(clock, Phase::kComm);
-    comm.allreduce(flags, 2, comm::DType::kI64, comm::ReduceOp::kMax);
-  }
-  signalled = flags[1] != 0;
-  if (flags[0]) {
+  const StepFlags flags = agree_step_flags(acc.finite, comm, clock);
+  signalled = flags.any_signal;
+  if (flags.any_nonfinite) {
     if (cfg.train.nan_policy == config::NanPolicy::kSkip) {
       HT_WARN("step {}: non-finite loss on some rank; step skipped (train.nan_policy = skip)", counters.step);
       optimizer->zero_grad(true);
@@ -213,20 +195,10 @@ bool Trainer::Impl::step(bool& signalled) {
   clock.count_step();
   counters.tokens_seen += acc.tokens * comm.size();
   if (counters.step % cfg.log.every_steps == 0 || counters.step == 1 || counters.step == total) {
-    StepReport r;
-    r.step = counters.step;
-    r.total_steps = total;
-    r.loss = acc.mean_loss;
-    r.lr = lr;
-    r.grad_norm = grad_norm;
-    r.step_seconds = sw.seconds();
-    r.global_tokens = acc.tokens * comm.size();
-    r.tokens_seen = counters.tokens_seen;
-    r.peak_step_bytes = peak_bytes;
-    r.flops_per_token = flops_per_token;
-    r.peak_flops_per_rank = peak_flops;
-    r.world_size = comm.size();
-    r.phases = gather_phase_stats(clock, comm);
+    const StepReport r{counters.step,      total,          acc.mean_loss,   lr,
+                       grad_norm,          sw.seconds(),   acc.tokens * comm.size(), counters.tokens_seen,
+                       peak_bytes,         flops_per_token, peak_flops,     comm.size(),
+                       gather_phase_stats(clock, comm)};
     report_step(*metrics, r, local_sgd->stats());
   }
   return true;
@@ -236,24 +208,29 @@ int Trainer::Impl::run() {
   log_run_start(RunShape{cfg, gpt->num_parameters(), flops_per_token, device, comm.size(), counters.global_batch,
                          total, loader->steps_per_epoch(), peak_flops});
   gpt->train();
-  while (counters.step < total) {
+  while (counters.step < total && !stop_early) {
     bool signalled = false;
     if (!step(signalled)) return static_cast<int>(ExitCode::kRuntime);
-    if (evaluation_due()) run_eval(cfg.eval.strategy == config::EvalStrategy::kSteps ? "steps" : "epoch end");
-    if (signalled) {
+    if (evaluation_due(cfg.eval, counters.step, loader->steps_per_epoch()))
+      run_eval(cfg.eval.strategy == config::EvalStrategy::kSteps ? "steps" : "epoch end");
+    if (signalled && !stop_early) {
       HT_WARN("signal {} received: checkpointing at step {} and exiting with code {} (requeue)",
               signals::last_signal_name(), counters.step, static_cast<int>(ExitCode::kRequeue));
       save_checkpoint("signal");
       return static_cast<int>(ExitCode::kRequeue);
     }
-    if (cfg.checkpoint.every_steps > 0 && counters.step % cfg.checkpoint.every_steps == 0 && counters.step < total)
+    if (cfg.checkpoint.every_steps > 0 && counters.step % cfg.checkpoint.every_steps == 0 && counters.step < total &&
+        !stop_early)
       save_checkpoint("periodic");
   }
   local_sgd->finish();
-  if (cfg.eval.strategy != config::EvalStrategy::kNo && !evaluation_due()) run_eval("end of training");
-  if (cfg.checkpoint.save_final) save_checkpoint("final");
+  if (stop_early) HT_INFO("{}; stopping at step {} of {}", best->stop_reason(), counters.step, total);
+  else if (cfg.eval.strategy != config::EvalStrategy::kNo && !evaluation_due(cfg.eval, counters.step, loader->steps_per_epoch()))
+    run_eval("end of training");
+  if (cfg.checkpoint.save_final || stop_early) save_checkpoint(stop_early ? "early stopping" : "final");
   clock.finish_trace();
   HT_INFO("training finished: {} steps, {} tokens", counters.step, counters.tokens_seen);
+  if (cfg.log.plot && comm.rank() == 0) plot_finished_run(cfg.train.output_dir, cfg.log.metrics_file);
   return 0;
 }
 

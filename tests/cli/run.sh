@@ -55,8 +55,9 @@ assert last < first - 0.3, "loss did not go down"
 assert len(evals) == 2 and all("eval_perplexity" in e and "eval_accuracy" in e for e in evals)
 PY
     ls "$WORK/run/checkpoints/"*.h5 >/dev/null 2>&1 || fail "no final checkpoint"
-    "${HPCTRAIN_SOURCE_DIR}/jobs/bench/plot_metrics.sh" "$WORK/run/metrics.jsonl" "$WORK/loss.png" || fail "plot"
-    file "$WORK/loss.png" | grep -q "PNG image" || fail "plot is not a PNG"
+    if command -v gnuplot >/dev/null; then
+      file "$WORK/run/loss.png" | grep -q "PNG image" || fail "the run drew no loss.png"
+    fi
     ;;
   bad_config)
     lm_data

@@ -57,10 +57,10 @@ void expect_same(const ht::train::EvalResult& world, const ht::train::EvalResult
 ht::train::EvalResult expect_world_equals_single(ht::model::Gpt& gpt, const std::string& path, int64_t seq_len,
                                                  int64_t batch, ht::comm::Communicator& world) {
   ht::data::EvalReader sharded(ht::data::Dataset::open(path), "val", seq_len, batch, world);
-  const auto w = ht::train::evaluate(gpt, sharded, world, torch::kCPU, 0);
+  const auto w = ht::train::evaluate(gpt, sharded, world, torch::kCPU);
   auto local = ht::comm::make_local();
   ht::data::EvalReader whole(ht::data::Dataset::open(path), "val", seq_len, batch, *local);
-  const auto s = ht::train::evaluate(gpt, whole, *local, torch::kCPU, 0);
+  const auto s = ht::train::evaluate(gpt, whole, *local, torch::kCPU);
   EXPECT_GT(s.count, 0);
   expect_same(w, s);
   return w;

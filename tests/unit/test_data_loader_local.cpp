@@ -246,3 +246,17 @@ TEST(DataSampler, PermutationIsDeterministicAndComplete) {
   SplitMix64 g(0);
   EXPECT_EQ(g.next(), 0xE220A8397B1DCDAFull);  // reference value of splitmix64 seeded with 0
 }
+
+TEST(Sampler, EvalSubsetIsSeededDistinctSortedAndSpread) {
+  const auto a = ht::data::eval_subset(1000, 40, 7);
+  ASSERT_EQ(a.size(), 40u);
+  EXPECT_EQ(a, ht::data::eval_subset(1000, 40, 7));
+  EXPECT_NE(a, ht::data::eval_subset(1000, 40, 8));
+  EXPECT_TRUE(std::is_sorted(a.begin(), a.end()));
+  EXPECT_EQ(std::adjacent_find(a.begin(), a.end()), a.end());
+  // Drawn over the whole range, not its first 40 indices: both halves are represented.
+  EXPECT_LT(a.front(), 500);
+  EXPECT_GE(a.back(), 500);
+  EXPECT_EQ(ht::data::eval_subset(10, 0, 7).size(), 10u);
+  EXPECT_EQ(ht::data::eval_subset(10, 20, 7).size(), 10u);
+}

@@ -1,0 +1,34 @@
+// `hpctrain plot RUN_DIR [RUN_DIR...] [--output DIR]`: loss.png (and accuracy.png for
+// classification) from the runs' metrics.jsonl, drawn by gnuplot; several runs share one picture.
+// Rank 0 draws; without gnuplot one line says so and the exit code is 0.
+#include <iostream>
+
+#include "app/commands.h"
+#include "train/plot.h"
+
+namespace ht::app {
+namespace {
+
+Phases configure_plot(CLI::App& sub) {
+  auto opts = std::make_shared<train::PlotOptions>();
+  sub.add_option("run_dirs", opts->run_dirs, "run directories (train.output_dir), each with a metrics.jsonl")
+      ->required();
+  sub.add_option("--output", opts->output_dir, "directory of the PNGs; default: the first run directory");
+  sub.add_option("--metrics-file", opts->metrics_file, "metrics file name inside each run directory");
+  sub.add_option("--timeout", opts->timeout_s, "seconds gnuplot may take");
+  Phases p;
+  p.setup = [opts](Context&) {
+    if (opts->output_dir.empty()) opts->output_dir = opts->run_dirs.front();
+  };
+  p.run = [opts](Context& ctx) -> int {
+    if (ctx.comm.rank() != 0) return 0;
+    for (const auto& png : train::plot_runs(*opts)) std::cout << "plot: wrote " << png << "\n";
+    return 0;
+  };
+  return p;
+}
+
+const Registrar kPlot{Command{"plot", "draw loss (and accuracy) curves of runs with gnuplot", configure_plot}};
+
+}  // namespace
+}  // namespace ht::app

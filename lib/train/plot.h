@@ -1,0 +1,31 @@
+// Pictures of runs drawn by gnuplot from their metrics.jsonl: loss.png (train and eval loss vs
+// optimizer step and vs tokens seen) and, for classification runs, accuracy.png (eval accuracy and
+// macro-F1 per epoch). gnuplot runs as a child process with a time limit; without gnuplot in PATH
+// nothing is drawn and one line says so. The end of a training run (log.plot) and `hpctrain plot`
+// both come here.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace ht::train {
+
+struct PlotOptions {
+  std::vector<std::string> run_dirs;          // one curve set per run, labelled by its directory name
+  std::string output_dir;                     // where the PNGs go
+  std::string metrics_file = "metrics.jsonl"; // inside each run dir
+  double timeout_s = 60.0;                    // gnuplot is killed after this
+};
+
+// Returns the PNGs written (empty when gnuplot is absent: one info line). Throws ht::Error(kData)
+// naming the file when a metrics file is missing or holds no training line, and when gnuplot
+// fails or times out.
+std::vector<std::string> plot_runs(const PlotOptions& opts);
+
+// The end of a training run (rank 0): plot_runs on the run's own directory, each PNG named in an
+// info line. Never throws: a plot that fails costs the picture (one warning), not the finished run.
+void plot_finished_run(const std::string& output_dir, const std::string& metrics_file);
+
+// The gnuplot executable found in PATH, or "" (for the skip line and tests).
+std::string find_gnuplot();
+
+}  // namespace ht::train

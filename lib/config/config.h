@@ -74,6 +74,7 @@ struct ModelConfig {
   int64_t num_labels = 0;    // classification; 0 = taken from the dataset
   double dropout = 0.0;
   bool bias = true;
+  std::string init_from;     // start weights: a Hugging Face GPT-2 directory or an hpctrain checkpoint
 };
 
 struct DataConfig {
@@ -107,6 +108,10 @@ struct TrainConfig {
   NanPolicy nan_policy = NanPolicy::kStop;
   double peak_flops = 0;          // FLOP/s per rank for MFU; 0 = measured at start
   bool deterministic = false;
+  int64_t sample_every_steps = 0;  // rank 0 logs a generated continuation every N steps; 0 = off
+  std::string sample_prompt = "The ";
+  int64_t sample_tokens = 32;      // new tokens per sample
+  double sample_temperature = 0.0; // 0 = greedy
 };
 
 struct EvalConfig {

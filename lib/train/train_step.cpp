@@ -71,4 +71,11 @@ AccumulatedLoss accumulate_gradients(model::Gpt& gpt, data::Loader& loader, int6
   return out;
 }
 
+void maybe_inject_failure(int rank, int64_t step) {
+  static const char* r = std::getenv("HPCTRAIN_TEST_FAIL_RANK");
+  static const char* s = std::getenv("HPCTRAIN_TEST_FAIL_STEP");
+  if (r && s && std::atoi(r) == rank && std::atoll(s) == step)
+    HT_FAIL(ExitCode::kRuntime, "injected failure on rank {} at step {} (HPCTRAIN_TEST_FAIL_RANK/STEP)", rank, step);
+}
+
 }  // namespace ht::train

@@ -53,4 +53,8 @@ AccumulatedLoss accumulate_gradients(model::Gpt& gpt, data::Loader& loader, int6
                                      const torch::Device& device, config::Autocast autocast, PhaseClock& clock,
                                      const std::function<void(bool last_micro_batch)>& before_backward = {});
 
+// Test hook (documented in docs/config.md): HPCTRAIN_TEST_FAIL_RANK=R and HPCTRAIN_TEST_FAIL_STEP=S
+// make rank R throw at step S, to prove that a failing rank ends the whole job without a hang.
+void maybe_inject_failure(int rank, int64_t step);
+
 }  // namespace ht::train

@@ -18,22 +18,12 @@
 #include "train/local_sgd.h"
 #include "train/metrics.h"
 #include "train/optim.h"
+#include "train/sample_log.h"
+#include "train/start_weights.h"
 #include "train/train_state.h"
 #include "train/train_step.h"
 
 namespace ht::train {
-namespace {
-
-// Test hook (documented in docs/config.md): HPCTRAIN_TEST_FAIL_RANK=R and HPCTRAIN_TEST_FAIL_STEP=S
-// make rank R throw at step S, to prove that a failing rank ends the whole job without a hang.
-void maybe_inject_failure(int rank, int64_t step) {
-  static const char* r = std::getenv("HPCTRAIN_TEST_FAIL_RANK");
-  static const char* s = std::getenv("HPCTRAIN_TEST_FAIL_STEP");
-  if (r && s && std::atoi(r) == rank && std::atoll(s) == step)
-    HT_FAIL(ExitCode::kRuntime, "injected failure on rank {} at step {} (HPCTRAIN_TEST_FAIL_RANK/STEP)", rank, step);
-}
-
-}  // namespace
 
 struct Trainer::Impl {
   config::Config cfg;
@@ -48,6 +38,7 @@ struct Trainer::Impl {
   std::unique_ptr<LocalSgd> local_sgd;
   std::unique_ptr<checkpoint::Manager> checkpoints;
   std::unique_ptr<MetricsWriter> metrics;
+  std::unique_ptr<SampleLogger> samples;
   Counters counters;
   int64_t total = 0;
   double peak_flops = 0.0;
@@ -58,9 +49,7 @@ struct Trainer::Impl {
 
   Impl(const RunSetup& s, comm::Communicator& c) : cfg(s.cfg), data(s.data), comm(c) {}
 
-  StateRefs refs() {
-    return StateRefs{gpt, *optimizer, *local_sgd, *loader, cfg.local_sgd.enabled};
-  }
+  StateRefs refs() { return StateRefs{gpt, *optimizer, *local_sgd, *loader, cfg.local_sgd.enabled}; }
 
   void build(const ResumeRequest& resume);
   void resume_from(const ResumeRequest& resume);
@@ -78,6 +67,7 @@ void Trainer::Impl::build(const ResumeRequest& resume) {
   memory::install_cpu_counter();
   torch::manual_seed(static_cast<uint64_t>(cfg.train.seed));
   gpt = model::Gpt(model::GptOptions::from_config(cfg.model));
+  load_start_weights(*gpt, cfg, resume, comm);  // before LocalSgd: it broadcasts and keeps the start
   gpt->to(device);
   recompute::apply(gpt, cfg.recompute);
   // Dropout streams differ per rank; the init above is identical on all ranks (and broadcast anyway).
@@ -110,6 +100,7 @@ void Trainer::Impl::build(const ResumeRequest& resume) {
   const std::string metrics_path = cfg.train.output_dir + "/" + cfg.log.metrics_file;
   if (comm.rank() == 0 && counters.step > 0) truncate_metrics(metrics_path, counters.step);
   metrics = std::make_unique<MetricsWriter>(metrics_path, comm.rank() == 0);
+  samples = std::make_unique<SampleLogger>(cfg, *data, comm.rank());
 }
 
 void Trainer::Impl::resume_from(const ResumeRequest& resume) {
@@ -176,16 +167,10 @@ bool Trainer::Impl::step(bool& signalled) {
   // completes inside it (counted as communication), not inside the small collective below, which
   // would otherwise wait behind the gradient bytes on the same connection. A skipped step's
   // non-finite gradients are averaged and then dropped.
-  {
-    PhaseClock::Scope phase(clock, Phase::kComm);
-    local_sgd->after_backward();
-  }
+  clock.time(Phase::kComm, [&] { local_sgd->after_backward(); });
   // One tiny collective per step: any rank with a non-finite loss, any rank with a signal.
   int64_t flags[2] = {acc.finite ? 0 : 1, signals::pending() ? 1 : 0};
-  {
-    PhaseClock::Scope phase(clock, Phase::kComm);
-    comm.allreduce(flags, 2, comm::DType::kI64, comm::ReduceOp::kMax);
-  }
+  clock.time(Phase::kComm, [&] { comm.allreduce(flags, 2, comm::DType::kI64, comm::ReduceOp::kMax); });
   signalled = flags[1] != 0;
   if (flags[0]) {
     if (cfg.train.nan_policy == config::NanPolicy::kSkip) {
@@ -200,16 +185,12 @@ bool Trainer::Impl::step(bool& signalled) {
     return false;
   }
   double grad_norm = 0.0;
-  {
-    PhaseClock::Scope phase(clock, Phase::kOptimizer);
+  clock.time(Phase::kOptimizer, [&] {
     grad_norm = clip_grad_norm(*gpt, cfg.train.grad_clip);
     optimizer->step();
-  }
+  });
   ++counters.step;
-  {
-    PhaseClock::Scope phase(clock, Phase::kComm);
-    local_sgd->step();
-  }
+  clock.time(Phase::kComm, [&] { local_sgd->step(); });
   clock.count_step();
   counters.tokens_seen += acc.tokens * comm.size();
   if (counters.step % cfg.log.every_steps == 0 || counters.step == 1 || counters.step == total) {
@@ -239,6 +220,7 @@ int Trainer::Impl::run() {
   while (counters.step < total) {
     bool signalled = false;
     if (!step(signalled)) return static_cast<int>(ExitCode::kRuntime);
+    samples->maybe_log(*gpt, counters.step);
     if (evaluation_due()) run_eval(cfg.eval.strategy == config::EvalStrategy::kSteps ? "steps" : "epoch end");
     if (signalled) {
       HT_WARN("signal {} received: checkpointing at step {} and exiting with code {} (requeue)",

@@ -1,5 +1,7 @@
 // `hpctrain export --checkpoint FILE --output DIR [--format hf] [--data FILE] [--force]`: the
 // checkpoint's averaged model as a Hugging Face GPT-2 directory (docs/interop.md).
+#include <fmt/ranges.h>
+
 #include <iostream>
 
 #include "app/commands.h"

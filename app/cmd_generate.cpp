@@ -4,6 +4,8 @@
 // tokenizer of its dataset. Timing goes to stderr, the text alone to stdout.
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <fmt/ranges.h>
+
 #include <iostream>
 
 #include "app/commands.h"
@@ -25,7 +27,7 @@ struct GenerateArgs {
 };
 
 void run_generate(const GenerateArgs& a) {
-  const interop::SavedModel m = interop::load_saved_model(a.checkpoint);
+  interop::SavedModel m = interop::load_saved_model(a.checkpoint);
   const data::Tokenizer tok = interop::saved_tokenizer(m, a.data_path);
   std::vector<int64_t> prompt;
   for (auto id : tok.encode(a.prompt)) prompt.push_back(id);

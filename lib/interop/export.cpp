@@ -88,7 +88,7 @@ ExportReport export_hf(const ExportOptions& o) {
   HT_REQUIRE(state != "full" || o.force, ExitCode::kUsage,
              "export: --output {} exists and is not empty; pass --force to replace it", out);
 
-  const SavedModel m = load_saved_model(o.checkpoint);
+  SavedModel m = load_saved_model(o.checkpoint);
   const data::Tokenizer tok = saved_tokenizer(m, o.data_path);
   ExportReport r;
   r.parameters = m.gpt->num_parameters();

@@ -1,5 +1,6 @@
 #include "interop/hf_gpt2.h"
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <cstring>
@@ -50,7 +51,7 @@ std::vector<Gpt2Name> gpt2_names(int64_t n_layer) {
   return n;
 }
 
-std::vector<std::pair<std::string, torch::Tensor>> to_gpt2_tensors(model::GptImpl& gpt) {
+std::vector<std::pair<std::string, torch::Tensor>> to_gpt2_tensors(const model::GptImpl& gpt) {
   const auto params = gpt.named_parameters();
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& n : gpt2_names(gpt.options().n_layer)) {

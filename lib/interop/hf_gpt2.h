@@ -29,7 +29,7 @@ std::vector<Gpt2Name> gpt2_names(int64_t n_layer);
 
 // The model's backbone as transformers tensors (contiguous fp32 CPU, in gpt2_names order); biases
 // of a model without them (model.bias = false) are written as zeros, which computes the same.
-std::vector<std::pair<std::string, torch::Tensor>> to_gpt2_tensors(model::GptImpl& gpt);
+std::vector<std::pair<std::string, torch::Tensor>> to_gpt2_tensors(const model::GptImpl& gpt);
 
 // Copies the GPT-2 weights of `file` into gpt. Names may carry the "transformer." prefix (what
 // save_pretrained writes) or not (the original OpenAI upload); the causal-mask buffers

@@ -5,6 +5,7 @@
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/timer.h"
 #include "interop/hf_gpt2.h"
 #include "interop/saved_model.h"
 #include "io/safetensors.h"
@@ -61,11 +62,13 @@ void apply_init_from(model::GptImpl& gpt, const config::Config& cfg) {
   const std::string& src = cfg.model.init_from;
   if (src.empty()) return;
   const std::string what = "model.init_from " + src;
+  Stopwatch sw;
   struct stat st {};
   HT_REQUIRE(::stat(src.c_str(), &st) == 0, ExitCode::kUsage, "{}: not found", what);
   if (S_ISDIR(st.st_mode)) init_from_hf_dir(gpt, src, what);
   else init_from_checkpoint(gpt, src, what);
-  HT_INFO("initial weights from {} ({})", src, S_ISDIR(st.st_mode) ? "Hugging Face GPT-2" : "hpctrain checkpoint");
+  HT_INFO("initial weights from {} ({}) in {:.2f}s", src, S_ISDIR(st.st_mode) ? "Hugging Face GPT-2" : "hpctrain checkpoint",
+          sw.seconds());
 }
 
 }  // namespace ht::interop

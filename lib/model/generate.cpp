@@ -21,7 +21,8 @@ int64_t pick(torch::Tensor logits, const SamplingOptions& o, at::Generator& gen)
     auto cum = sorted.softmax(0).cumsum(0);
     // Drop a token when the more likely ones already reach top_p; the most likely always stays.
     auto drop = (cum - sorted.softmax(0)) >= o.top_p;
-    logits = logits.index_put({order.masked_select(drop)}, -std::numeric_limits<float>::infinity());
+    auto remove = torch::zeros_like(drop).scatter(0, order, drop);  // back to vocabulary order
+    logits = logits.masked_fill(remove, -std::numeric_limits<float>::infinity());
   }
   return at::multinomial(logits.softmax(0), 1, /*replacement=*/false, gen).item<int64_t>();
 }

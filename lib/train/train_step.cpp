@@ -5,6 +5,9 @@
 #include <torch/nn/functional/loss.h>
 
 #include <cmath>
+#include <cstdlib>
+
+#include "core/error.h"
 
 namespace ht::train {
 

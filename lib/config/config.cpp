@@ -224,6 +224,9 @@ const std::vector<Key>& keys() {
       HT_KEY(model, num_labels, "classification labels; 0 = from the dataset"),
       HT_KEY(model, dropout, "dropout probability in [0, 1)"),
       HT_KEY(model, bias, "biases in linear layers and norms"),
+      HT_KEY(model, init_from,
+             "start from these weights (fresh optimizer, step 0): a Hugging Face GPT-2 directory (config.json + "
+             "model.safetensors) or an hpctrain checkpoint; skipped when the run resumes; empty = random init"),
       HT_KEY(data, path, "HDF5 dataset file from `hpctrain prepare`"),
       HT_KEY(data, shuffle, "shuffle samples each epoch (deterministic from seed, epoch)"),
       HT_KEY(data, seed, "sampler seed"),
@@ -257,6 +260,12 @@ const std::vector<Key>& keys() {
       HT_KEY(train, early_stopping_patience,
              "stop after this many evaluations in a row without an improvement of checkpoint.best_metric; 0 = off"),
       HT_KEY(train, early_stopping_threshold, "an evaluation improves only if it beats the best by more than this"),
+      HT_KEY(train, sample_every_steps,
+             "rank 0 logs a continuation of train.sample_prompt every N steps (private RNG: training unchanged); "
+             "0 = off"),
+      HT_KEY(train, sample_prompt, "prompt of the samples logged during training"),
+      HT_KEY(train, sample_tokens, "new tokens per logged sample"),
+      HT_KEY(train, sample_temperature, "temperature of the logged samples; 0 = greedy"),
       HT_KEY(eval, strategy, "when to evaluate"),
       HT_KEY(eval, every_steps, "evaluate every N steps (strategy = steps)"),
       HT_KEY(eval, batch_size, "samples per rank per evaluation batch"),

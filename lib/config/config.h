@@ -83,6 +83,7 @@ struct ModelConfig {
   int64_t num_labels = 0;    // classification; 0 = taken from the dataset
   double dropout = 0.0;
   bool bias = true;
+  std::string init_from;     // start weights: a Hugging Face GPT-2 directory or an hpctrain checkpoint
 };
 
 struct DataConfig {
@@ -118,6 +119,10 @@ struct TrainConfig {
   bool deterministic = false;
   int64_t early_stopping_patience = 0;   // evaluations without improvement before stopping; 0 = off
   double early_stopping_threshold = 0.0; // an improvement must exceed this (in the metric's units)
+  int64_t sample_every_steps = 0;  // rank 0 logs a generated continuation every N steps; 0 = off
+  std::string sample_prompt = "The ";
+  int64_t sample_tokens = 32;      // new tokens per sample
+  double sample_temperature = 0.0; // 0 = greedy
 };
 
 struct EvalConfig {

@@ -105,6 +105,10 @@ void validate(const Config& c) {
   if (!(c.train.grad_clip >= 0)) bad("train.grad_clip", "must be >= 0");
   if (c.train.threads < 0) bad("train.threads", "must be >= 0");
   if (!(c.train.peak_flops >= 0)) bad("train.peak_flops", "must be >= 0");
+  if (c.train.sample_every_steps < 0) bad("train.sample_every_steps", "must be >= 0 (0 = off)");
+  if (c.train.sample_tokens < 1) bad("train.sample_tokens", "must be >= 1");
+  if (!(c.train.sample_temperature >= 0 && std::isfinite(c.train.sample_temperature)))
+    bad("train.sample_temperature", "must be >= 0 (0 = greedy)");
   if (c.eval.strategy == EvalStrategy::kSteps && c.eval.every_steps < 1)
     bad("eval.every_steps", "must be >= 1 when eval.strategy = steps");
   if (c.eval.every_steps < 0) bad("eval.every_steps", "must be >= 0");

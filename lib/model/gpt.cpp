@@ -1,6 +1,7 @@
 #include "model/gpt.h"
 
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
 
@@ -40,6 +41,22 @@ torch::Tensor CausalSelfAttentionImpl::attend(const torch::Tensor& qkv_out) {
   return y.transpose(1, 2).contiguous().view({B, T, C});
 }
 
+torch::Tensor CausalSelfAttentionImpl::forward_cached(const torch::Tensor& x, torch::Tensor& k, torch::Tensor& v) {
+  const auto B = x.size(0), T = x.size(1), C = x.size(2);
+  auto parts = qkv_proj(x).split(C, /*dim=*/2);
+  auto heads = [&](const torch::Tensor& t) { return t.view({B, T, n_head, C / n_head}).transpose(1, 2); };
+  const int64_t past = k.defined() ? k.size(2) : 0;
+  k = past == 0 ? heads(parts[1]) : torch::cat({k, heads(parts[1])}, 2);
+  v = past == 0 ? heads(parts[2]) : torch::cat({v, heads(parts[2])}, 2);
+  // New query i sits at position past + i and may see keys 0..past + i: no mask for a single new
+  // token, the plain causal mask without a past, an offset lower triangle otherwise.
+  std::optional<torch::Tensor> mask;
+  if (past > 0 && T > 1)
+    mask = torch::ones({T, past + T}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).tril(past);
+  auto y = at::scaled_dot_product_attention(heads(parts[0]), k, v, mask, 0.0, /*is_causal=*/past == 0 && T > 1);
+  return out_proj(y.transpose(1, 2).contiguous().view({B, T, C}));
+}
+
 torch::Tensor CausalSelfAttentionImpl::out_proj(const torch::Tensor& y) { return resid_drop->forward(proj->forward(y)); }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) { return out_proj(attend(qkv_proj(x))); }
@@ -63,6 +80,11 @@ BlockImpl::BlockImpl(const GptOptions& o) {
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   auto h = x + attn->forward(ln1->forward(x));
+  return h + mlp->forward(ln2->forward(h));
+}
+
+torch::Tensor BlockImpl::forward_cached(const torch::Tensor& x, torch::Tensor& k, torch::Tensor& v) {
+  auto h = x + attn->forward_cached(ln1->forward(x), k, v);
   return h + mlp->forward(ln2->forward(h));
 }
 
@@ -115,6 +137,20 @@ torch::Tensor GptImpl::hidden(const torch::Tensor& ids) {
 
 torch::Tensor GptImpl::lm_logits(const torch::Tensor& ids) {
   return torch::nn::functional::linear(hidden(ids), wte->weight);  // tied head
+}
+
+torch::Tensor GptImpl::lm_logits_cached(const torch::Tensor& ids, KvCache& cache) {
+  const int64_t past = cache.length(), T = ids.size(1);
+  HT_REQUIRE(past + T <= opts_.max_seq_len, ExitCode::kUsage, "{} cached + {} new positions exceed model.max_seq_len = {}",
+             past, T, opts_.max_seq_len);
+  if (cache.k.empty()) {
+    cache.k.resize(blocks_.size());
+    cache.v.resize(blocks_.size());
+  }
+  auto pos = torch::arange(past, past + T, torch::TensorOptions().dtype(torch::kLong).device(ids.device()));
+  auto x = emb_drop->forward(wte->forward(ids) + wpe->forward(pos));
+  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward_cached(x, cache.k[i], cache.v[i]);
+  return torch::nn::functional::linear(ln_f->forward(x), wte->weight);
 }
 
 torch::Tensor GptImpl::class_logits(const torch::Tensor& ids, const torch::Tensor& mask) {

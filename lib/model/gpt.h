@@ -2,11 +2,14 @@
 // self-attention (at::scaled_dot_product_attention) and a GELU MLP, final LayerNorm, LM head tied
 // to the token embedding; plus a classification head over the mean-pooled final hidden states.
 // The blocks are a list the model iterates through a BlockRunner, which is where activation
-// recompute (lib/recompute) plugs in. This folder does no I/O.
+// recompute (lib/recompute) plugs in. An inference-only path (lm_logits_cached) keeps each block's
+// keys and values of the positions seen so far, so generation costs one new position per token
+// instead of the whole prefix again. This folder does no I/O.
 #pragma once
 #include <torch/torch.h>
 
 #include <functional>
+#include <vector>
 
 #include "config/config.h"
 
@@ -25,6 +28,13 @@ struct GptOptions {
   static GptOptions from_config(const config::ModelConfig& m);
 };
 
+// Keys and values of the positions processed so far, one pair per block ([B, n_head, T_past,
+// head_dim] each); empty before the first call. Inference only: nothing here is differentiated.
+struct KvCache {
+  std::vector<torch::Tensor> k, v;
+  int64_t length() const { return k.empty() ? 0 : k.front().size(2); }
+};
+
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   explicit CausalSelfAttentionImpl(const GptOptions& o);
@@ -33,6 +43,8 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   torch::Tensor qkv_proj(const torch::Tensor& x) { return qkv->forward(x); }
   torch::Tensor attend(const torch::Tensor& qkv_out);  // SDPA, heads merged back: [B, T, C]
   torch::Tensor out_proj(const torch::Tensor& y);       // projection + residual dropout
+  // x holds only the new positions; their keys/values are appended to k/v (empty = none yet).
+  torch::Tensor forward_cached(const torch::Tensor& x, torch::Tensor& k, torch::Tensor& v);
 
   torch::nn::Linear qkv{nullptr}, proj{nullptr};
   torch::nn::Dropout resid_drop{nullptr};
@@ -55,6 +67,7 @@ class BlockImpl : public torch::nn::Module {
   explicit BlockImpl(const GptOptions& o);
   // x + attn(ln1(x)), then + mlp(ln2(.))
   torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor forward_cached(const torch::Tensor& x, torch::Tensor& k, torch::Tensor& v);
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   CausalSelfAttention attn{nullptr};
   Mlp mlp{nullptr};
@@ -72,6 +85,10 @@ class GptImpl : public torch::nn::Module {
   torch::Tensor hidden(const torch::Tensor& ids);
   // Next-token logits [B, T, V].
   torch::Tensor lm_logits(const torch::Tensor& ids);
+  // Next-token logits [B, T_new, V] of new tokens ids [B, T_new] that follow the cache's positions;
+  // appends their keys/values to the cache. Equal to lm_logits on the whole sequence (up to
+  // rounding); bypasses the BlockRunner (nothing to recompute without autograd).
+  torch::Tensor lm_logits_cached(const torch::Tensor& ids, KvCache& cache);
   // Class logits [B, num_labels]; mask [B, T] is 1 on real tokens, 0 on padding.
   torch::Tensor class_logits(const torch::Tensor& ids, const torch::Tensor& mask);
 

@@ -35,6 +35,12 @@ class PhaseClock {
     Phase phase_;
     double start_s_;
   };
+  // Runs fn timed as `phase` (a Scope around one call).
+  template <typename Fn>
+  void time(Phase phase, Fn&& fn) {
+    Scope scope(*this, phase);
+    fn();
+  }
 
   // Steps in `range` are traced into `path` (opened now: an unwritable path is an error before
   // training starts, naming it). pid in the trace = rank.

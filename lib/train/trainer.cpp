@@ -20,10 +20,13 @@
 #include "train/metrics.h"
 #include "train/optim.h"
 #include "train/plot.h"
+#include "train/sample_log.h"
+#include "train/start_weights.h"
 #include "train/train_state.h"
 #include "train/train_step.h"
 
 namespace ht::train {
+
 struct Trainer::Impl {
   config::Config cfg;
   std::shared_ptr<const data::Dataset> data;
@@ -39,6 +42,7 @@ struct Trainer::Impl {
   std::unique_ptr<MetricsWriter> metrics;
   std::unique_ptr<BestTracker> best;
   bool stop_early = false;  // the last evaluation exhausted train.early_stopping_patience
+  std::unique_ptr<SampleLogger> samples;
   Counters counters;
   int64_t total = 0;
   double peak_flops = 0.0;
@@ -66,6 +70,7 @@ void Trainer::Impl::build(const ResumeRequest& resume) {
   memory::install_cpu_counter();
   torch::manual_seed(static_cast<uint64_t>(cfg.train.seed));
   gpt = model::Gpt(model::GptOptions::from_config(cfg.model));
+  load_start_weights(*gpt, cfg, resume, comm);  // before LocalSgd: it broadcasts and keeps the start
   gpt->to(device);
   recompute::apply(gpt, cfg.recompute);
   // Dropout streams differ per rank; the init above is identical on all ranks (and broadcast anyway).
@@ -98,6 +103,7 @@ void Trainer::Impl::build(const ResumeRequest& resume) {
   metrics = std::make_unique<MetricsWriter>(metrics_path, comm.rank() == 0,
                                             cfg.log.tensorboard ? cfg.train.output_dir : std::string());
   metrics->text("config", config::to_toml(cfg), counters.step);
+  samples = std::make_unique<SampleLogger>(cfg, *data, comm.rank());
 }
 
 void Trainer::Impl::resume_from(const ResumeRequest& resume) {
@@ -163,10 +169,7 @@ bool Trainer::Impl::step(bool& signalled) {
   // completes inside it (counted as communication), not inside the small collective below, which
   // would otherwise wait behind the gradient bytes on the same connection. A skipped step's
   // non-finite gradients are averaged and then dropped.
-  {
-    PhaseClock::Scope phase(clock, Phase::kComm);
-    local_sgd->after_backward();
-  }
+  clock.time(Phase::kComm, [&] { local_sgd->after_backward(); });
   const StepFlags flags = agree_step_flags(acc.finite, comm, clock);
   signalled = flags.any_signal;
   if (flags.any_nonfinite) {
@@ -182,16 +185,12 @@ bool Trainer::Impl::step(bool& signalled) {
     return false;
   }
   double grad_norm = 0.0;
-  {
-    PhaseClock::Scope phase(clock, Phase::kOptimizer);
+  clock.time(Phase::kOptimizer, [&] {
     grad_norm = clip_grad_norm(*gpt, cfg.train.grad_clip);
     optimizer->step();
-  }
+  });
   ++counters.step;
-  {
-    PhaseClock::Scope phase(clock, Phase::kComm);
-    local_sgd->step();
-  }
+  clock.time(Phase::kComm, [&] { local_sgd->step(); });
   clock.count_step();
   counters.tokens_seen += acc.tokens * comm.size();
   if (counters.step % cfg.log.every_steps == 0 || counters.step == 1 || counters.step == total) {
@@ -211,6 +210,7 @@ int Trainer::Impl::run() {
   while (counters.step < total && !stop_early) {
     bool signalled = false;
     if (!step(signalled)) return static_cast<int>(ExitCode::kRuntime);
+    samples->maybe_log(*gpt, counters.step);
     if (evaluation_due(cfg.eval, counters.step, loader->steps_per_epoch()))
       run_eval(cfg.eval.strategy == config::EvalStrategy::kSteps ? "steps" : "epoch end");
     if (signalled && !stop_early) {

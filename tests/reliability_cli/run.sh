@@ -185,6 +185,65 @@ print(f"--- metrics.jsonl: steps {steps}, each once")
 PY
     ;;
 
+  interop)
+    # export, model.init_from and generate (docs/interop.md): each bad input named, nothing half-written
+    lm_data
+    expect 0 run train 1 run
+    good=$(ckpt run 6)
+    expect 0 export "$HPCTRAIN" export --checkpoint "$good" --output "$WORK/hf"
+    [ -f "$WORK/hf/model.safetensors" ] && [ -f "$WORK/hf/config.json" ] || fail "export wrote no model"
+    expect 1 export_again "$HPCTRAIN" export --checkpoint "$good" --output "$WORK/hf"
+    once export_again "export: --output $WORK/hf exists and is not empty; pass --force to replace it"
+    expect 0 export_force mpi 2 "$HPCTRAIN" export --checkpoint "$good" --output "$WORK/hf" --force
+    cp "$good" "$WORK/damaged.h5"
+    python3 - "$WORK/damaged.h5" <<'PY' || fail "damage"
+import sys
+p = sys.argv[1]; d = bytearray(open(p, "rb").read()); d[len(d) // 2] ^= 0x5A; open(p, "wb").write(d)
+PY
+    expect 2 export_damaged mpi 2 "$HPCTRAIN" export --checkpoint "$WORK/damaged.h5" --output "$WORK/hf2"
+    once export_damaged "$WORK/damaged.h5"
+    [ ! -e "$WORK/hf2" ] && [ -z "$(ls -d "$WORK"/hf2.* 2>/dev/null)" ] || fail "a failed export left files behind"
+    note "a failed export leaves no output directory and no temporary one"
+    expect 2 generate_damaged "$HPCTRAIN" generate --checkpoint "$WORK/damaged.h5" --prompt "The "
+    once generate_damaged "$WORK/damaged.h5"
+    expect 1 generate_long mpi 2 "$HPCTRAIN" generate --checkpoint "$good" --prompt "The " --max-new-tokens 61
+    once generate_long "--max-new-tokens 61: the prompt (4 tokens) + 61 new tokens exceed the model's position table (model.max_seq_len = 64); at most 60 new tokens fit"
+    expect 0 generate "$HPCTRAIN" generate --checkpoint "$good" --prompt "The " --max-new-tokens 60 --top-k 5 --top-p 0.9
+    # model.init_from: a directory without config.json, a missing path, a model of another shape
+    mkdir -p "$WORK/empty"
+    expect 1 init_empty train 2 init --set model.init_from="$WORK/empty"
+    once init_empty "model.init_from $WORK/empty: no $WORK/empty/config.json"
+    expect 1 init_missing train 2 init --set model.init_from="$WORK/nope"
+    once init_missing "model.init_from $WORK/nope: not found"
+    expect 1 init_layers train 2 init --set model.init_from="$WORK/hf" --set model.n_layer=4
+    once init_layers "model.init_from $WORK/hf: n_layer is 2 in config.json, 4 in the config"
+    expect 1 init_ckpt train 2 init --set model.init_from="$good" --set model.d_model=128
+    once init_ckpt "model.init_from $good: model.d_model is 64 in the checkpoint, 128 in the config"
+    expect 2 init_damaged train 2 init --set model.init_from="$WORK/damaged.h5"
+    once init_damaged "$WORK/damaged.h5"
+    rm "$WORK/hf/model.safetensors"
+    expect 1 init_noweights train 1 init --set model.init_from="$WORK/hf"
+    once init_noweights "model.init_from $WORK/hf: no $WORK/hf/model.safetensors"
+    # from a checkpoint, then resume: resume wins over init_from
+    expect 0 init_ok train 2 init --set model.init_from="$good" --set train.max_steps=2
+    has init_ok "initial weights from $good (hpctrain checkpoint)"
+    expect 0 init_resume train 2 init --set model.init_from="$WORK/nope" --resume --set train.max_steps=4
+    has init_resume "model.init_from $WORK/nope not used: the run resumes from a checkpoint"
+    has init_resume "resumed at step 2"
+    ;;
+
+  sampling)
+    # train.sample_every_steps is passive: the final averaged model is bitwise the same with it on or off
+    lm_data
+    expect 0 plain train 2 plain --set local_sgd.enabled=true --set local_sgd.steps=2 --set model.dropout=0.1
+    expect 0 sampled train 2 sampled --set local_sgd.enabled=true --set local_sgd.steps=2 --set model.dropout=0.1 \
+      --set train.sample_every_steps=2 --set train.sample_temperature=1.0
+    has sampled "sample at step 2: \"The "
+    h5diff "$(ckpt plain 6)" "$(ckpt sampled 6)" /model /model >"$WORK/h5diff.log" 2>&1 \
+      || { cat "$WORK/h5diff.log"; fail "sampling changed the trained model"; }
+    note "3 samples logged; /model of both runs identical (h5diff), dropout and local SGD on"
+    ;;
+
   *) fail "unknown case" ;;
 esac
 echo "PASS($CASE)"

@@ -9,12 +9,13 @@ file, same shuffled order: data::epoch_permutation is ported to Python) with dro
 Usage: crosscheck.py --hpctrain BIN --work DIR
 """
 import argparse
+import json
 import math
 import os
 import shutil
 import sys
 
-from common import Checks, latest_checkpoint, run_ours, run_reference, step_lines
+from common import Checks, latest_checkpoint, read_jsonl, run_ours, run_reference, step_lines
 from hpctrain_ref import make_dataset
 from hpctrain_ref.data import read_checkpoint_params_any
 
@@ -95,9 +96,11 @@ def main():
                                            "train.lr_schedule=constant", "train.warmup_steps=0"])
     init = latest_checkpoint(f"{w}/init")
 
-    # 1. Synchronous data parallel.
-    run_ours(a.hpctrain, f"{w}/ours_dp", cfg, [])
-    run_reference(f"{w}/ref_ddp", cfg, [], variant="ddp", ranks=2,
+    # 1. Synchronous data parallel, evaluated at the end on a seeded subset of the validation split
+    # (eval.max_batches > 0): both sides must draw the same global samples.
+    ev = ["eval.strategy=steps", f"eval.every_steps={STEPS}", "eval.max_batches=3", "eval.batch_size=4"]
+    run_ours(a.hpctrain, f"{w}/ours_dp", cfg, ev)
+    run_reference(f"{w}/ref_ddp", cfg, ev, variant="ddp", ranks=2,
                   extra=["--init", init, "--save-params", f"{w}/ref_ddp.h5"])
     ours, ref = step_lines(f"{w}/ours_dp/metrics.jsonl"), step_lines(f"{w}/ref_ddp/metrics.jsonl")
     c.check(len(ours) == STEPS and len(ref) == STEPS, f"both logged {STEPS} steps (ours {len(ours)}, ref {len(ref)})")
@@ -108,6 +111,11 @@ def main():
     c.check(rel_all <= 1e-4, f"all {STEPS} step losses agree: max relative diff {rel_all:.2e} <= 1e-4")
     c.check(ours[-1]["loss"] < ours[0]["loss"] - 0.5, f"loss decreases ({ours[0]['loss']:.3f} -> {ours[-1]['loss']:.3f})")
     check_params(c, f"parameters after {STEPS} DP steps", latest_checkpoint(f"{w}/ours_dp"), f"{w}/ref_ddp.h5")
+    ours_eval = [r["eval_loss"] for r in read_jsonl(f"{w}/ours_dp/metrics.jsonl") if "eval_loss" in r]
+    ref_eval = json.load(open(f"{w}/ref_ddp/summary-rank0.json"))["val_loss"]
+    rel_eval = abs(ours_eval[-1] - ref_eval) / abs(ref_eval) if ours_eval and ref_eval else float("inf")
+    c.check(rel_eval <= 1e-4, f"eval loss on the seeded subset of 12 validation samples: ours "
+            f"{ours_eval[-1] if ours_eval else None} vs torch {ref_eval} (relative diff {rel_eval:.2e} <= 1e-4)")
 
     # 2. Local SGD, N = 4, optimizer moments kept local (Accelerate's behaviour).
     lsgd = ["local_sgd.enabled=true", "local_sgd.steps=4", "local_sgd.optimizer_state=local", "local_sgd.warmup_steps=0"]

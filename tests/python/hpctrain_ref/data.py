@@ -108,6 +108,19 @@ class TrainStream:
         return self.ds.read(self._perm[first:first + self.B])
 
 
+def eval_subset(n, count, seed):
+    """data::eval_subset: `count` distinct sorted indices of [0, n), a seeded partial Fisher-Yates on a
+    stream of its own ("evalsubs"); all of [0, n) when count <= 0 or count >= n."""
+    idx = list(range(n))
+    if count <= 0 or count >= n:
+        return idx
+    rng = SplitMix64(mix_seed(seed, 0x6576616C73756273))
+    for i in range(count):
+        j = i + rng.below(n - i)
+        idx[i], idx[j] = idx[j], idx[i]
+    return sorted(idx[:count])
+
+
 def eval_shard(n, world, rank):
     """Contiguous shard of data::EvalReader: [r*n/W, (r+1)*n/W)."""
     return rank * n // world, (rank + 1) * n // world

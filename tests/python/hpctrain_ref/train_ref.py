@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from . import comm_stats
 from .config import ConfigError, load
-from .data import Dataset, TrainStream, eval_shard, load_params_into, read_checkpoint_params, write_params
+from .data import Dataset, TrainStream, eval_shard, eval_subset, load_params_into, read_checkpoint_params, write_params
 from .model import Gpt, GptOptions, param_groups
 
 
@@ -229,18 +229,21 @@ class Run:
         if e["strategy"] == "no":
             return None
         ds = Dataset(self.cfg["data"]["path"], "val", self.seq_len)
-        lo, hi = eval_shard(ds.size, self.world, self.rank)
+        # eval.max_batches > 0: the same seeded subset of max_batches x batch_size global samples as
+        # data::EvalReader, split across ranks; 0: the whole split.
+        subset = eval_subset(ds.size, e["max_batches"] * e["batch_size"], self.cfg["data"]["seed"])
+        lo, hi = eval_shard(len(subset), self.world, self.rank)
         sums = torch.zeros(3, dtype=torch.float64)
         self.gpt.eval()
         with torch.no_grad():
-            pos, b = lo, 0
-            while pos < hi and (e["max_batches"] == 0 or b < e["max_batches"]):
-                ids = list(range(pos, min(hi, pos + e["batch_size"])))
+            pos = lo
+            while pos < hi:
+                ids = subset[pos:min(hi, pos + e["batch_size"])]
                 x, y, mask = ds.read(ids)
                 n = y.numel()
                 sums[0] += self.gpt(x, y, mask).double() * n
                 sums[2] += n
-                pos, b = pos + len(ids), b + 1
+                pos += len(ids)
         self.stats.paused = True
         if self.world > 1:
             dist.all_reduce(sums)

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from common import Checks, mpi_env, mpi_prefix, run
+from hpctrain_ref.data import eval_subset
 
 FORTUNES = "/usr/share/games/fortunes"
 T, BATCH, BATCHES = 64, 8, 4  # eval: seq_len, eval.batch_size, eval.max_batches
@@ -46,12 +47,14 @@ def our_eval_loss(binary, work, ckpt):
     return float(re.search(r"eval_loss ([0-9.]+)", out).group(1))
 
 
-def hf_eval_loss(model, data):
-    """Mean next-token cross-entropy over the samples `hpctrain eval` reads on one rank: sample i is
-    tokens [i*T, i*T + T + 1) of /val/tokens, batches of BATCH in order, the first BATCHES batches."""
+def hf_eval_loss(model, data, seed=1234):
+    """Mean next-token cross-entropy over the samples `hpctrain eval` reads: sample i is tokens
+    [i*T, i*T + T + 1) of /val/tokens; eval.max_batches = BATCHES selects the seeded subset of
+    BATCHES x BATCH samples (data::eval_subset with data.seed, default 1234)."""
     tokens = h5py.File(data, "r")["/val/tokens"][:].astype(np.int64)
-    n = min((len(tokens) - 1) // T, BATCH * BATCHES)
-    rows = torch.tensor(np.stack([tokens[i * T:i * T + T + 1] for i in range(n)]))
+    ids = eval_subset((len(tokens) - 1) // T, BATCH * BATCHES, seed)
+    n = len(ids)
+    rows = torch.tensor(np.stack([tokens[i * T:i * T + T + 1] for i in ids]))
     loss_sum, count = 0.0, 0
     with torch.no_grad():
         for b in range(0, n, BATCH):

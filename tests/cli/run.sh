@@ -8,17 +8,7 @@ trap 'rm -rf "$WORK"' EXIT
 IFS=';' read -r -a MPIFLAGS <<<"${MPIEXEC_FLAGS:-}"
 FORTUNES=/usr/share/games/fortunes
 
-fail() { echo "FAIL($CASE): $*" >&2; exit 1; }
-mpi() { local np=$1; shift; timeout 300 "$MPIEXEC" -np "$np" "${MPIFLAGS[@]}" "$@"; }
-# Runs a command expecting exit code $1; output in $WORK/out.txt.
-expect_rc() {
-  local want=$1; shift
-  "$@" >"$WORK/out.txt" 2>&1; local rc=$?
-  cat "$WORK/out.txt"
-  [ "$rc" -eq 124 ] && fail "timed out (a rank hung?)"
-  [ "$rc" -eq "$want" ] || fail "exit code $rc, expected $want"
-}
-expect_text() { grep -q -- "$1" "$WORK/out.txt" || fail "output lacks '$1'"; }
+source "$(dirname "$0")/../support/expect.sh"
 
 lm_data() {  # a small real-text LM dataset (one fortunes file)
   "$HPCTRAIN" prepare --input "$FORTUNES/fortunes" --output "$WORK/lm.h5" --val-fraction 0.1 >/dev/null 2>&1 \

@@ -9,17 +9,8 @@ IFS=';' read -r -a MPIFLAGS <<<"${MPIEXEC_FLAGS:-}"
 FORTUNES=/usr/share/games/fortunes
 SRC="${HPCTRAIN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}"
 
-fail() { echo "FAIL($CASE): $*" >&2; exit 1; }
-mpi() { local np=$1; shift; timeout 240 "$MPIEXEC" -np "$np" "${MPIFLAGS[@]}" "$@"; }
-# expect_rc WANT CMD...: output in $WORK/out.txt (also printed).
-expect_rc() {
-  local want=$1; shift
-  "$@" >"$WORK/out.txt" 2>&1; local rc=$?
-  cat "$WORK/out.txt"
-  [ "$rc" -eq 124 ] && fail "timed out (a rank hung?)"
-  [ "$rc" -eq "$want" ] || fail "exit code $rc, expected $want"
-}
-expect_text() { grep -q -- "$1" "$WORK/out.txt" || fail "output lacks '$1'"; }
+HT_MPI_TIMEOUT=240
+source "$(dirname "$0")/../support/expect.sh"
 lm_data() {
   "$HPCTRAIN" prepare --input "$FORTUNES/fortunes" --output "$WORK/lm.h5" --val-fraction 0.1 >/dev/null 2>&1 \
     || fail "prepare failed"

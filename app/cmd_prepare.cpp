@@ -1,8 +1,9 @@
-// `hpctrain prepare`: builds a dataset file from text (rank 0 writes, other ranks wait), or with
+// `hpctrain prepare`: builds a dataset file from text (under mpirun: one shard per rank), or with
 // --check FILE validates an existing one the way training reads it, on every rank.
 #include <memory>
 
 #include "app/commands.h"
+#include "config/path_list.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "data/dataset.h"
@@ -22,7 +23,7 @@ struct PrepareArgs {
 
 // Every rank opens the file, reads its share of one training epoch and of the validation split.
 void check_dataset(const PrepareArgs& a, comm::Communicator& comm) {
-  const auto dataset = data::Dataset::open(a.check);
+  const auto dataset = data::open_dataset(config::split_path_list("--check", a.check), "--check");
   const data::DatasetMeta& meta = dataset->meta();
   const int64_t seq_len = meta.task == config::Task::kClassification ? 0 : a.opts.seq_len;
   data::LoaderOptions lo;
@@ -50,7 +51,8 @@ Phases configure(CLI::App& sub) {
   auto a = std::make_shared<PrepareArgs>();
   auto& o = a->opts;
   sub.add_option("--input", o.inputs, "text file or directory (repeatable; with --labels-from-dirs: [NAME=]PATH per label)");
-  sub.add_option("--output", o.output, "dataset file to write (HDF5)");
+  sub.add_option("--output", o.output,
+                 "dataset file to write (HDF5); under mpirun -np R: R shards OUT-<rank:05d>-of-<R:05d>.h5");
   sub.add_option("--tokenizer", a->tokenizer, "byte | bpe")->capture_default_str();
   sub.add_option("--vocab-size", o.vocab_size,
                  "bpe: vocabulary size (>= 258, 0 = 1024); with --check: the model's vocab_size to check against");
@@ -59,7 +61,7 @@ Phases configure(CLI::App& sub) {
   sub.add_option("--seq-len", o.seq_len, "classification row width; with --check: causal-lm context")
       ->capture_default_str();
   sub.add_option("--seed", o.seed, "seed of the train/val split (and of --check's shuffle)")->capture_default_str();
-  sub.add_option("--check", a->check, "validate an existing dataset file on every rank instead of preparing");
+  sub.add_option("--check", a->check, "validate an existing dataset file (or shards: a glob or a list) on every rank instead of preparing");
   sub.add_option("--micro-batch", a->micro_batch, "--check: per-rank micro-batch")->capture_default_str();
   sub.add_option("--grad-accum", a->grad_accum, "--check: micro-steps per step")->capture_default_str();
   Phases p;
@@ -75,7 +77,9 @@ Phases configure(CLI::App& sub) {
     HT_REQUIRE(kind.has_value(), ExitCode::kUsage, "prepare: --tokenizer '{}' must be one of: {}", a->tokenizer,
                config::choices<data::TokenizerKind>());
     a->opts.tokenizer = *kind;
-    if (ctx.comm.rank() == 0) data::prepare(a->opts);
+    // Under mpirun every rank writes one shard (docs/data-format.md, "Shards").
+    if (ctx.comm.size() > 1) data::prepare_shards(a->opts, ctx.comm);
+    else data::prepare(a->opts);
   };
   p.run = [](Context&) { return 0; };
   return p;

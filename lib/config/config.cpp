@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "config/codec.h"
+#include "config/path_list.h"
 #include "core/error.h"
 
 namespace ht::config {
@@ -44,6 +45,18 @@ Key make_key(std::string name, Section Config::*section, T Section::*field, std:
   return k;
 }
 
+// A string key that also takes a TOML array of strings (a list of paths, see path_list.h).
+Key path_list_key(Key k) {
+  k.type = "path | glob | [paths]";
+  k.set_toml = [name = k.name, text = k.set_text](Config& c, const toml::node& n) {
+    if (!n.is_array()) return text(c, Codec<std::string>::from_toml(name, n));
+    std::vector<std::string> entries;
+    for (const auto& e : *n.as_array()) entries.push_back(Codec<std::string>::from_toml(name, e));
+    text(c, join_path_list(name, entries));
+  };
+  return k;
+}
+
 #define HT_KEY(sec, field, help) make_key(#sec "." #field, &Config::sec, &decltype(Config::sec)::field, help)
 
 const std::vector<Key>& keys() {
@@ -61,7 +74,9 @@ const std::vector<Key>& keys() {
       HT_KEY(model, init_from,
              "start from these weights (fresh optimizer, step 0): a Hugging Face GPT-2 directory (config.json + "
              "model.safetensors) or an hpctrain checkpoint; skipped when the run resumes; empty = random init"),
-      HT_KEY(data, path, "HDF5 dataset file from `hpctrain prepare`"),
+      path_list_key(HT_KEY(data, path,
+                           "HDF5 dataset file(s) from `hpctrain prepare`: a path, a glob (data/part-*.h5), or a list "
+                           "of shards (TOML array, or ',' between paths); shards are read in sorted path order")),
       HT_KEY(data, shuffle, "shuffle samples each epoch (deterministic from seed, epoch)"),
       HT_KEY(data, seed, "sampler seed"),
       HT_KEY(data, prefetch_batches, "batches read ahead on a background thread"),

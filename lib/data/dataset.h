@@ -1,6 +1,8 @@
-// Dataset files written by `hpctrain prepare` and read by the trainer (format: docs/data-format.md):
-// the metadata, validated once at open, and the Dataset handle that the loader, the evaluation
-// reader and every chunk reader of a rank share, so a file is opened and checked once per rank.
+// The Dataset handle that the loader, the evaluation reader and every sample reader of a rank
+// share: one dataset file, or several files (shards) read as one. Each file is opened and checked
+// once per rank (DatasetFile). Shards form one index space: each split is the concatenation of
+// the shards' splits in shard order, so samples, their order and the loader state do not depend
+// on how the data was cut into files (docs/data-format.md, "Shards").
 #pragma once
 #include <hdf5.h>
 
@@ -9,78 +11,51 @@
 #include <string>
 #include <vector>
 
-#include "config/config.h"
+#include "data/dataset_file.h"
+#include "data/row_reader.h"
 #include "data/tokenizer.h"
-#include "io/h5.h"
 
 namespace ht::data {
 
-inline constexpr const char* kFormatName = "hpctrain-dataset";
-inline constexpr int64_t kFormatVersion = 1;
-
-// Root attributes and derived facts of a dataset file (validated when read).
-struct DatasetMeta {
-  std::string path;
-  config::Task task = config::Task::kCausalLm;
-  int64_t vocab_size = 0;
-  TokenizerKind tokenizer = TokenizerKind::kByte;
-  int64_t pad_id = -1;    // padding token (classification input_ids)
-  int64_t eos_id = -1;    // document separator
-  std::vector<std::string> label_names;  // classification
-  int64_t seq_len = 0;    // classification: width of input_ids; LM: 0 (chosen by the model)
-  int64_t num_train_tokens = 0, num_val_tokens = 0;    // LM
-  int64_t num_train_rows = 0, num_val_rows = 0;        // classification
-};
-
-class ChunkReader;
-
 class Dataset : public std::enable_shared_from_this<Dataset> {
  public:
-  // Opens the file (one HDF5 handle and one read-only descriptor), validates format, version,
-  // dtypes and shapes, and reads the metadata. Throws ht::Error(kData) naming the file, the
-  // dataset and the fault.
+  // One file (DatasetFile::open's checks and messages).
   static std::shared_ptr<const Dataset> open(const std::string& path);
-  ~Dataset();
-  Dataset(const Dataset&) = delete;
-  Dataset& operator=(const Dataset&) = delete;
+  // Files in this order as one dataset. All must have the same task, tokenizer (kind and BPE
+  // merges), vocab_size, pad/eos ids and, for classification, seq_len and label_names; else
+  // ht::Error(kData) naming `key`, the odd shard, the field and the first shard's value.
+  static std::shared_ptr<const Dataset> open_shards(const std::vector<std::string>& paths, const std::string& key);
 
+  // The whole dataset: path = the shard paths joined by ','; token and row counts summed.
   const DatasetMeta& meta() const { return meta_; }
   const std::string& path() const { return meta_.path; }
-  // The HDF5 file: main thread only (Debian's HDF5 is not thread-safe).
-  hid_t h5() const { return file_.id(); }
-  // Reader of one integer dataset ("/train/tokens"): its layout is read now through HDF5, its
-  // rows later with pread on the shared descriptor, from any one thread. The reader keeps this
-  // Dataset (and so the descriptor) alive.
-  std::unique_ptr<ChunkReader> reader(const std::string& dataset, size_t cache_bytes) const;
-  Tokenizer tokenizer() const;
-  // What this file is, for checkpoints to recognise their data: the file size, a hash of the
-  // metadata and a digest of every chunk checksum ("<16 hex digits>-<bytes>"). Reads 4 bytes per chunk.
+  int64_t num_shards() const { return static_cast<int64_t>(files_.size()); }
+  const DatasetFile& shard(int64_t i) const { return *files_.at(static_cast<size_t>(i)); }
+  // The first shard's HDF5 file: main thread only (Debian's HDF5 is not thread-safe).
+  hid_t h5() const { return files_.front()->h5(); }
+  // Reader of one dataset name across all shards (one index space); keeps this Dataset alive.
+  std::unique_ptr<RowReader> reader(const std::string& dataset, size_t cache_bytes) const;
+  Tokenizer tokenizer() const { return files_.front()->tokenizer(); }
+  // For checkpoints to recognise their data. One file: DatasetFile::identity (unchanged by
+  // sharding support); several: "<hash of the shard identities in order>-<total bytes>-s<count>".
   std::string identity() const;
 
  private:
-  Dataset(io::File file, int fd, DatasetMeta meta);
-  io::File file_;
-  int fd_ = -1;
+  Dataset(std::vector<std::shared_ptr<const DatasetFile>> files, DatasetMeta meta);
+  std::vector<std::shared_ptr<const DatasetFile>> files_;
   DatasetMeta meta_;
 };
 
-// Dataset::open(path)->meta(), for callers that need nothing else.
-DatasetMeta read_meta(const std::string& path);
+// The files that the entries of a path list name (config::split_path_list of data.path): each
+// entry is a path or a glob pattern (*, ?, [...]); the union, sorted by path, duplicates removed.
+// Fails (kUsage, naming `key`) on a pattern that matches nothing and on a listed file that does not
+// exist. Entries should be absolute (see run_setup) so the order does not depend on the directory.
+std::vector<std::string> expand_shard_paths(const std::vector<std::string>& entries, const std::string& key);
+
+// expand_shard_paths, then Dataset::open (one file) or Dataset::open_shards.
+std::shared_ptr<const Dataset> open_dataset(const std::vector<std::string>& entries, const std::string& key);
 
 // Human-readable layout + counts + checksum verification of every chunk (`hpctrain inspect`).
 std::string describe(const Dataset& data);
-
-// Fails (kData) when the file's vocabulary does not fit a model with model_vocab_size
-// embeddings (model_vocab_size < meta.vocab_size). 0 = no model constraint.
-void check_vocab(const DatasetMeta& meta, int64_t model_vocab_size);
-
-// Full name of a split's dataset: split_dataset("train", "tokens") == "/train/tokens".
-std::string split_dataset(const std::string& split, const std::string& name);
-
-// Samples in a split for a given context length (causal-lm: (tokens - 1) / seq_len; classification: rows).
-int64_t num_samples(const DatasetMeta& meta, const std::string& split, int64_t seq_len);
-
-// True when the file's root attribute `format` names a dataset (a cheap look for `inspect`).
-bool is_dataset_file(const std::string& path);
 
 }  // namespace ht::data

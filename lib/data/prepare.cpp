@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "data/dataset.h"
+#include "data/prepare_steps.h"
 #include "data/sampler.h"
 #include "data/text_source.h"
 #include "data/tokenizer.h"
@@ -23,13 +24,6 @@ namespace ht::data {
 namespace {
 
 constexpr hsize_t kTokenChunk = 32768;  // 64 KiB of uint16: a checksum failure names a small range
-
-struct Corpus {
-  std::vector<std::string> docs;
-  std::vector<int32_t> labels;  // classification
-  std::vector<std::string> label_names;
-  uint64_t bytes = 0;
-};
 
 Corpus read_corpus(const PrepareOptions& o) {
   Corpus c;
@@ -165,7 +159,9 @@ void refuse_output_among_inputs(const PrepareOptions& o) {
   }
 }
 
-void validate(const PrepareOptions& o) {
+}  // namespace
+
+void validate_prepare(const PrepareOptions& o) {
   HT_REQUIRE(!o.inputs.empty(), ExitCode::kUsage, "prepare: give at least one --input");
   HT_REQUIRE(!o.output.empty(), ExitCode::kUsage, "prepare: --output is required");
   HT_REQUIRE(o.tokenizer == TokenizerKind::kBpe || o.vocab_size == 0 || o.vocab_size == kByteVocab, ExitCode::kUsage,
@@ -178,8 +174,6 @@ void validate(const PrepareOptions& o) {
   HT_REQUIRE(o.seq_len > 0, ExitCode::kUsage, "prepare: --seq-len {} must be positive", o.seq_len);
   refuse_output_among_inputs(o);
 }
-
-}  // namespace
 
 std::vector<bool> assign_validation(int64_t num_docs, double val_fraction, int64_t seed) {
   std::vector<bool> val(static_cast<size_t>(num_docs), false);
@@ -196,41 +190,56 @@ std::vector<bool> assign_validation(int64_t num_docs, double val_fraction, int64
   return val;
 }
 
-PrepareSummary prepare(const PrepareOptions& o) {
-  validate(o);
-  Stopwatch clock;
-  Corpus corpus = read_corpus(o);
-  PrepareSummary s;
-  s.input_bytes = corpus.bytes;
-  s.task = o.labels_from_dirs ? config::Task::kClassification : config::Task::kCausalLm;
-  const bool progress = o.progress && corpus.bytes > (4u << 20);
-  const Tokenizer tok = o.tokenizer == TokenizerKind::kBpe ? Tokenizer::train_bpe(corpus.docs, o.vocab_size ? o.vocab_size : 1024,
-                                                                    o.progress && corpus.bytes > (1u << 20))
-                                             : Tokenizer::bytes();
-  s.vocab_size = tok.vocab_size();
-  const auto val = assign_validation(static_cast<int64_t>(corpus.docs.size()), o.val_fraction, o.seed);
-  for (bool v : val) ++(v ? s.val_docs : s.train_docs);
+Tokenizer make_tokenizer(const PrepareOptions& o, const std::vector<std::string>& docs, uint64_t bytes) {
+  if (o.tokenizer != TokenizerKind::kBpe) return Tokenizer::bytes();
+  return Tokenizer::train_bpe(docs, o.vocab_size ? o.vocab_size : 1024, o.progress && bytes > (1u << 20));
+}
 
-  fs::make_dirs(fs::parent_dir(o.output));  // not std::filesystem: see core/fs.h
-  const std::string tmp = o.output + ".tmp-" + std::to_string(::getpid());
+PrepareSummary write_dataset(const PrepareOptions& o, const std::string& tmp, const Corpus& c, const Tokenizer& tok,
+                             const std::vector<bool>& val) {
+  PrepareSummary s;
+  s.input_bytes = c.bytes;
+  s.task = o.labels_from_dirs ? config::Task::kClassification : config::Task::kCausalLm;
+  s.vocab_size = tok.vocab_size();
+  for (bool v : val) ++(v ? s.val_docs : s.train_docs);
+  const bool progress = o.progress && c.bytes > (4u << 20);
+  fs::make_dirs(fs::parent_dir(tmp));  // not std::filesystem: see core/fs.h
   try {
     io::File file = io::File::create(tmp);
     write_root(file.id(), o, tok, s.task);
-    if (o.labels_from_dirs) write_classification(file.id(), corpus, tok, val, o.seq_len, s, progress);
-    else write_lm(file.id(), corpus, tok, val, s, progress);
+    if (o.labels_from_dirs) write_classification(file.id(), c, tok, val, o.seq_len, s, progress);
+    else write_lm(file.id(), c, tok, val, s, progress);
     file.close();
     sync_path(tmp);
-    HT_REQUIRE(std::rename(tmp.c_str(), o.output.c_str()) == 0, ExitCode::kData, "{}: cannot rename {} to it: {}",
-               o.output, tmp, std::strerror(errno));
-    const std::string parent = fs::parent_dir(o.output);
-    sync_path(parent.empty() ? "." : parent);
   } catch (...) {
     std::remove(tmp.c_str());
     throw;
   }
+  return s;
+}
+
+void commit_dataset(const std::string& tmp, const std::string& output) {
+  if (std::rename(tmp.c_str(), output.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    HT_FAIL(ExitCode::kData, "{}: cannot rename {} to it: {}", output, tmp, std::strerror(err));
+  }
+  const std::string parent = fs::parent_dir(output);
+  sync_path(parent.empty() ? "." : parent);
+}
+
+PrepareSummary prepare(const PrepareOptions& o) {
+  validate_prepare(o);
+  Stopwatch clock;
+  const Corpus corpus = read_corpus(o);
+  const Tokenizer tok = make_tokenizer(o, corpus.docs, corpus.bytes);
+  const auto val = assign_validation(static_cast<int64_t>(corpus.docs.size()), o.val_fraction, o.seed);
+  const std::string tmp = o.output + ".tmp-" + std::to_string(::getpid());
+  const PrepareSummary s = write_dataset(o, tmp, corpus, tok, val);
+  commit_dataset(tmp, o.output);
   HT_INFO("prepare: wrote {} ({}, {} tokenizer, vocab {}): train {} docs / {} tokens, val {} docs / {} tokens in {:.1f}s",
-          o.output, config::name_of(s.task), config::name_of(tok.kind()), s.vocab_size, s.train_docs, s.train_tokens, s.val_docs, s.val_tokens,
-          clock.seconds());
+          o.output, config::name_of(s.task), config::name_of(tok.kind()), s.vocab_size, s.train_docs, s.train_tokens,
+          s.val_docs, s.val_tokens, clock.seconds());
   return s;
 }
 

@@ -1,10 +1,12 @@
-// `hpctrain prepare`: text inputs -> one dataset file (format: docs/data-format.md).
-// Deterministic: the same inputs and options give the same file contents.
+// `hpctrain prepare`: text inputs -> one dataset file, or one shard per rank under mpirun
+// (format and shard rules: docs/data-format.md). Deterministic: the same inputs and options give
+// the same file contents.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "config/config.h"
 #include "data/tokenizer.h"
 
@@ -33,6 +35,17 @@ struct PrepareSummary {
 
 // Writes <output>.tmp-<pid> and renames it to <output> on success (removed on failure).
 PrepareSummary prepare(const PrepareOptions& opts);
+
+// Collective, every rank of comm: the input files (in the order prepare reads them) are cut into
+// comm.size() contiguous ranges of about equal bytes, at least one file each; rank r writes the
+// documents of its range to shard_path(output, r, size). The shards concatenated in rank order
+// hold the documents, tokens and train/val split of prepare(opts) (BPE: rank 0 trains the
+// vocabulary on all inputs and broadcasts it). Causal-lm only. Errors are agreed: every rank
+// throws the same error, no rank hangs. Returns this rank's summary.
+PrepareSummary prepare_shards(const PrepareOptions& opts, comm::Communicator& comm);
+
+// "<output without .h5>-<rank:05d>-of-<size:05d>.h5": data/f.h5 -> data/f-00001-of-00003.h5.
+std::string shard_path(const std::string& output, int rank, int size);
 
 // Which documents go to validation: hash(seed, index) < val_fraction, and at least one document
 // when val_fraction > 0 and there are two or more documents (the train split keeps at least one).

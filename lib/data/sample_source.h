@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "data/batch.h"
-#include "data/chunk_reader.h"
 #include "data/dataset.h"
+#include "data/row_reader.h"
 
 namespace ht::data {
 
@@ -30,7 +30,7 @@ class SampleSource {
   std::shared_ptr<const Dataset> data_;  // keeps the shared descriptor of the chunk readers open
   std::string split_;
   int64_t seq_len_ = 0, samples_ = 0;
-  std::unique_ptr<ChunkReader> tokens_, input_ids_, labels_;
+  std::unique_ptr<RowReader> tokens_, input_ids_, labels_;  // across all shards
 };
 
 }  // namespace ht::data

@@ -100,12 +100,16 @@ std::vector<std::string> input_files(const std::string& path) {
   return files;
 }
 
+std::vector<std::string> file_documents(const std::string& file, uint64_t* bytes_read) {
+  const std::string content = read_file(file);
+  if (bytes_read) *bytes_read += content.size();
+  return is_fortune_text(content) ? split_fortunes(content) : split_paragraphs(content);
+}
+
 std::vector<std::string> read_documents(const std::string& path, uint64_t* bytes_read) {
   std::vector<std::string> docs;
   for (const auto& file : input_files(path)) {
-    const std::string content = read_file(file);
-    if (bytes_read) *bytes_read += content.size();
-    auto part = is_fortune_text(content) ? split_fortunes(content) : split_paragraphs(content);
+    auto part = file_documents(file, bytes_read);
     docs.insert(docs.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
   }
   HT_REQUIRE(!docs.empty(), ExitCode::kData, "{}: no documents found (empty files or directory?)", path);

@@ -18,6 +18,9 @@ std::vector<std::string> split_paragraphs(const std::string& content);
 // The files an input path stands for (a regular file itself, or a directory's files as above).
 std::vector<std::string> input_files(const std::string& path);
 
+// The documents of one regular file (none when it holds only whitespace).
+std::vector<std::string> file_documents(const std::string& file, uint64_t* bytes_read = nullptr);
+
 // All documents of one input path; throws kData when the path is missing or yields none.
 // bytes_read (optional) receives the size of the files read.
 std::vector<std::string> read_documents(const std::string& path, uint64_t* bytes_read = nullptr);

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "config/path_list.h"
 #include "core/fs.h"
 #include "train/train_step.h"
 
@@ -23,16 +24,25 @@ void check_precision(const config::Config& cfg) {
              "AMX-BF16), slower than fp32; use train.autocast = none, or set train.autocast_emulated = true");
 }
 
+// fs::absolute_path resolves an existing file; a glob pattern only gets the working directory in front.
+std::string absolute_entry(const std::string& entry) {
+  if (entry.find_first_of("*?[") == std::string::npos) return fs::absolute_path(entry);
+  if (entry.front() == '/') return entry;
+  return fs::absolute_path(".") + "/" + entry;
+}
+
 }  // namespace
 
 RunSetup resolve_run(const config::Config& in) {
   RunSetup s;
   s.cfg = in;
   config::Config& cfg = s.cfg;
-  HT_REQUIRE(!cfg.data.path.empty(), ExitCode::kUsage, "config key 'data.path' is empty: point it at a dataset file");
-  s.data = data::Dataset::open(cfg.data.path);
-  // Absolute in the resolved config, which checkpoints store: `eval` of a checkpoint works from any directory.
-  cfg.data.path = fs::absolute_path(cfg.data.path);
+  // Absolute in the resolved config, which checkpoints store: `eval` of a checkpoint works from any
+  // directory, and shards sort the same wherever the job starts.
+  std::vector<std::string> entries = config::split_path_list("data.path", cfg.data.path);
+  for (auto& e : entries) e = absolute_entry(e);
+  s.data = data::open_dataset(entries, "data.path");
+  cfg.data.path = config::join_path_list("data.path", entries);
   const data::DatasetMeta& meta = s.data->meta();
   HT_REQUIRE(meta.task == cfg.model.task, ExitCode::kUsage, "model.task = {} but {} holds {} data",
              config::name_of(cfg.model.task), cfg.data.path, config::name_of(meta.task));

@@ -8,10 +8,11 @@ trap 'rm -rf "$work"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 np2() { timeout 180 "$mpiexec" -np 2 "${flags[@]}" "$bin" "$@"; }
+np1() { timeout 180 "$bin" "$@"; }  # prepare under mpirun writes shards (tests/shards_cli); these want one file
 
-# --- prepare: LM with the byte tokenizer on an English fortune file, under mpirun -np 2
+# --- prepare: LM with the byte tokenizer on an English fortune file
 fort=/usr/share/games/fortunes
-np2 prepare --input $fort/fortunes --input $fort/pets --output "$work/lm.h5" > "$work/prep.log" 2>&1 \
+np1 prepare --input $fort/fortunes --input $fort/pets --output "$work/lm.h5" > "$work/prep.log" 2>&1 \
   || { cat "$work/prep.log"; fail "prepare (byte) exited non-zero"; }
 [ -f "$work/lm.h5" ] || fail "prepare wrote no file"
 ls "$work"/lm.h5.tmp-* >/dev/null 2>&1 && fail "temporary file left behind"
@@ -26,10 +27,10 @@ np2 prepare --check "$work/lm.h5" --seq-len 64 --micro-batch 4 > "$work/check.lo
   || { cat "$work/check.log"; fail "--check of a freshly prepared file failed"; }
 
 # --- prepare: BPE and language-ID classification
-np2 prepare --input $fort/fortunes --output "$work/bpe.h5" --tokenizer bpe --vocab-size 400 > "$work/bpe.log" 2>&1 \
+np1 prepare --input $fort/fortunes --output "$work/bpe.h5" --tokenizer bpe --vocab-size 400 > "$work/bpe.log" 2>&1 \
   || { cat "$work/bpe.log"; fail "prepare (bpe) exited non-zero"; }
 h5dump -H "$work/bpe.h5" | grep -q 'DATASET "merges"' || fail "BPE file lacks /tokenizer/merges"
-np2 prepare --labels-from-dirs --input $fort/de --input $fort/it --input en=$fort --seq-len 64 \
+np1 prepare --labels-from-dirs --input $fort/de --input $fort/it --input en=$fort --seq-len 64 \
   --output "$work/lang.h5" > "$work/lang.log" 2>&1 || { cat "$work/lang.log"; fail "prepare (classification) failed"; }
 h5dump -H "$work/lang.h5" > "$work/lang.hdr"
 for want in 'DATASET "input_ids"' 'DATASET "labels"' 'ATTRIBUTE "label_names"' 'ATTRIBUTE "seq_len"'; do

@@ -23,11 +23,20 @@
 namespace ht::data {
 namespace {
 
-// Every input file in the order prepare reads them (inputs in order, a directory's files sorted).
-std::vector<std::string> corpus_files(const PrepareOptions& o) {
-  std::vector<std::string> files;
-  for (const auto& in : o.inputs)
-    for (auto& f : input_files(in)) files.push_back(std::move(f));
+// Every input file in the order prepare reads them (inputs in order, a directory's files sorted),
+// with the index of the --input each came from.
+struct CorpusFiles {
+  std::vector<std::string> paths;
+  std::vector<size_t> input;
+};
+
+CorpusFiles corpus_files(const PrepareOptions& o) {
+  CorpusFiles files;
+  for (size_t i = 0; i < o.inputs.size(); ++i)
+    for (auto& f : input_files(o.inputs[i])) {
+      files.paths.push_back(std::move(f));
+      files.input.push_back(i);
+    }
   return files;
 }
 
@@ -51,24 +60,35 @@ std::vector<size_t> split_files(const std::vector<std::string>& files, int ranks
   return first;
 }
 
-Corpus read_files(const std::vector<std::string>& files, size_t begin, size_t end) {
+// Files [begin, end); docs_per_file[i] (when given) receives file i's document count.
+Corpus read_files(const std::vector<std::string>& files, size_t begin, size_t end,
+                  std::vector<int64_t>* docs_per_file = nullptr) {
   Corpus c;
   for (size_t i = begin; i < end; ++i) {
     auto docs = file_documents(files[i], &c.bytes);
+    if (docs_per_file) (*docs_per_file)[i] = static_cast<int64_t>(docs.size());
     c.docs.insert(c.docs.end(), std::make_move_iterator(docs.begin()), std::make_move_iterator(docs.end()));
   }
   return c;
 }
 
+// The merges as bytes for a broadcast: each pair as two uint32 in this machine's byte order (all
+// ranks of one job run the same binary on the same architecture).
 std::string pack_merges(const Tokenizer& t) {
-  std::string s(t.merges().size() * sizeof(Tokenizer::Merge), '\0');
-  if (!s.empty()) std::memcpy(s.data(), t.merges().data(), s.size());
+  std::string s;
+  s.reserve(t.merges().size() * 2 * sizeof(uint32_t));
+  for (const auto& [left, right] : t.merges())
+    for (const uint32_t id : {left, right}) s.append(reinterpret_cast<const char*>(&id), sizeof id);
   return s;
 }
 
 Tokenizer unpack_merges(const std::string& s) {
-  std::vector<Tokenizer::Merge> m(s.size() / sizeof(Tokenizer::Merge));
-  if (!m.empty()) std::memcpy(m.data(), s.data(), m.size() * sizeof(Tokenizer::Merge));
+  std::vector<Tokenizer::Merge> m(s.size() / (2 * sizeof(uint32_t)));
+  for (size_t i = 0; i < m.size(); ++i) {
+    uint32_t ids[2];
+    std::memcpy(ids, s.data() + i * sizeof ids, sizeof ids);
+    m[i] = {ids[0], ids[1]};
+  }
   return Tokenizer::from_merges(std::move(m));
 }
 
@@ -85,21 +105,32 @@ PrepareSummary prepare_shards(const PrepareOptions& o, comm::Communicator& comm)
   Stopwatch clock;
   Corpus mine;
   std::string merges;  // rank 0's BPE vocabulary, packed
-  size_t num_files = 0;
+  CorpusFiles files;
+  std::vector<int64_t> docs_per_file;  // this rank's files filled in, then summed over ranks
   comm::run_agreed(comm, [&] {
     HT_REQUIRE(!o.labels_from_dirs, ExitCode::kUsage,
                "prepare: --labels-from-dirs writes one file; run it without mpirun (sharded prepare under mpirun "
                "-np {} is for causal-lm text)", R);
     validate_prepare(o);
-    const auto files = corpus_files(o);
-    num_files = files.size();
-    HT_REQUIRE(files.size() >= static_cast<size_t>(R), ExitCode::kUsage,
+    files = corpus_files(o);
+    const size_t num_files = files.paths.size();
+    HT_REQUIRE(num_files >= static_cast<size_t>(R), ExitCode::kUsage,
                "prepare: {} input file(s) cannot make {} shards (each rank writes whole files); run on at most {} "
-               "ranks", files.size(), R, files.size());
-    const auto first = split_files(files, R);
-    mine = read_files(files, first[r], first[r + 1]);
+               "ranks", num_files, R, num_files);
+    const auto first = split_files(files.paths, R);
+    docs_per_file.assign(num_files, 0);
+    mine = read_files(files.paths, first[r], first[r + 1], &docs_per_file);
+  });
+  comm.allreduce(docs_per_file.data(), docs_per_file.size(), comm::DType::kI64, comm::ReduceOp::kSum);
+  comm::run_agreed(comm, [&] {
+    // As the single-file prepare: every --input must give documents (an empty one is a mistake).
+    std::vector<int64_t> docs_per_input(o.inputs.size(), 0);
+    for (size_t i = 0; i < docs_per_file.size(); ++i) docs_per_input[files.input[i]] += docs_per_file[i];
+    for (size_t i = 0; i < o.inputs.size(); ++i)
+      HT_REQUIRE(docs_per_input[i] > 0, ExitCode::kData, "{}: no documents found (empty files or directory?)",
+                 o.inputs[i]);
     if (bpe && r == 0) {  // one vocabulary for all shards, trained as the single-file prepare trains it
-      const Corpus all = read_files(files, 0, files.size());
+      const Corpus all = read_files(files.paths, 0, files.paths.size());
       merges = pack_merges(make_tokenizer(o, all.docs, all.bytes));
     }
   });
@@ -116,7 +147,6 @@ PrepareSummary prepare_shards(const PrepareOptions& o, comm::Communicator& comm)
   PrepareSummary s;
   try {
     comm::run_agreed(comm, [&] {
-      HT_REQUIRE(total > 0, ExitCode::kData, "prepare: no documents found in the {} input file(s)", num_files);
       const Tokenizer tok = bpe ? unpack_merges(merges) : Tokenizer::bytes();
       const auto all = assign_validation(total, o.val_fraction, o.seed);
       const std::vector<bool> val(all.begin() + offset, all.begin() + offset + n);

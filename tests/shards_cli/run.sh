@@ -98,6 +98,9 @@ case "$CASE" in
     same_losses r2 r2s3
     grep -q "three-00000-of-00003.h5,.*three-00002-of-00003.h5" "$WORK/r2s3/config.toml" \
       || fail "the run's config.toml does not list the three shards"
+    train 3 r3 "$WORK/one.h5"
+    train 3 r3s3 "$WORK/three-*-of-00003.h5"
+    same_losses r3 r3s3
     ;;
   bpe_equal)
     in=(--input "$FORTUNES/computers" --input "$FORTUNES/science" --input "$FORTUNES/people" --tokenizer bpe
@@ -134,7 +137,11 @@ case "$CASE" in
     expect_rc 1 mpi 2 "$HPCTRAIN" prepare --labels-from-dirs --input "$FORTUNES/de" --input en="$FORTUNES" \
       --output "$WORK/y.h5"
     expect_once "prepare: --labels-from-dirs writes one file"
-    ls "$WORK"/x* "$WORK"/y* >/dev/null 2>&1 && fail "a refused prepare left a file"
+    # An input without documents is refused as the single-file prepare refuses it, naming it.
+    : >"$WORK/empty.txt"
+    expect_rc 2 mpi 2 "$HPCTRAIN" prepare --input "$FORTUNES/computers" --input "$WORK/empty.txt" --output "$WORK/z.h5"
+    expect_once "$WORK/empty.txt: no documents found"
+    ls "$WORK"/x* "$WORK"/y* "$WORK"/z* >/dev/null 2>&1 && fail "a refused prepare left a file"
     ;;
   *) fail "unknown case" ;;
 esac

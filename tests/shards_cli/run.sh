@@ -8,23 +8,8 @@ trap 'rm -rf "$WORK"' EXIT
 IFS=';' read -r -a MPIFLAGS <<<"${MPIEXEC_FLAGS:-}"
 FORTUNES=/usr/share/games/fortunes
 
-fail() { echo "FAIL($CASE): $*" >&2; exit 1; }
-mpi() { local np=$1; shift; timeout 240 "$MPIEXEC" -np "$np" "${MPIFLAGS[@]}" "$@"; }
-# expect_rc WANT CMD...: output in $WORK/out.txt (also printed).
-expect_rc() {
-  local want=$1; shift
-  "$@" >"$WORK/out.txt" 2>&1; local rc=$?
-  cat "$WORK/out.txt"
-  [ "$rc" -eq 124 ] && fail "timed out (a rank hung?)"
-  [ "$rc" -eq "$want" ] || fail "exit code $rc, expected $want"
-}
-# expect_once TEXT: the message is printed exactly once for the whole job, without a backtrace.
-expect_once() {
-  local n; n=$(grep -c -F -- "$1" "$WORK/out.txt")
-  [ "$n" -eq 1 ] || fail "'$1' printed $n times, expected once"
-  grep -qi "backtrace\|terminate called" "$WORK/out.txt" && fail "backtrace in the output"
-  return 0
-}
+HT_MPI_TIMEOUT=240
+source "$(dirname "$0")/../support/expect.sh"
 # prepare NP OUT ARGS...: NP = 1 runs without mpirun (one file), else NP shards.
 prepare() {
   local np=$1 out=$2; shift 2

@@ -13,3 +13,10 @@ expect_rc() {
   [ "$rc" -eq "$want" ] || fail "exit code $rc, expected $want"
 }
 expect_text() { grep -q -- "$1" "$WORK/out.txt" || fail "output lacks '$1'"; }
+# expect_once TEXT: $WORK/out.txt holds TEXT (fixed string) exactly once for the whole job, without a backtrace.
+expect_once() {
+  local n; n=$(grep -c -F -- "$1" "$WORK/out.txt")
+  [ "$n" -eq 1 ] || fail "'$1' printed $n times, expected once per job"
+  grep -qi "backtrace\|terminate called" "$WORK/out.txt" && fail "backtrace in the output"
+  return 0
+}

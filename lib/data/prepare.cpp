@@ -27,15 +27,13 @@ constexpr hsize_t kTokenChunk = 32768;  // 64 KiB of uint16: a checksum failure 
 
 Corpus read_corpus(const PrepareOptions& o) {
   Corpus c;
-  for (const auto& spec : o.inputs) {
-    const LabelInput in = o.labels_from_dirs ? parse_label_input(spec) : LabelInput{"", spec};
-    auto docs = read_documents(in.path, &c.bytes);
+  const auto inputs = resolve_inputs(o);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    auto docs = read_documents(inputs[i].path, &c.bytes);
     if (o.labels_from_dirs) {
-      for (const auto& l : c.label_names)
-        HT_REQUIRE(l != in.label, ExitCode::kUsage, "label '{}' given twice (use NAME=PATH to rename)", l);
-      c.labels.insert(c.labels.end(), docs.size(), static_cast<int32_t>(c.label_names.size()));
-      c.label_names.push_back(in.label);
-      HT_INFO("prepare: label {} '{}': {} documents from {}", c.label_names.size() - 1, in.label, docs.size(), in.path);
+      c.labels.insert(c.labels.end(), docs.size(), static_cast<int32_t>(i));
+      c.label_names.push_back(inputs[i].label);
+      HT_INFO("prepare: label {} '{}': {} documents from {}", i, inputs[i].label, docs.size(), inputs[i].path);
     }
     c.docs.insert(c.docs.end(), std::make_move_iterator(docs.begin()), std::make_move_iterator(docs.end()));
   }
@@ -145,8 +143,7 @@ void sync_path(const std::string& path) {
 void refuse_output_among_inputs(const PrepareOptions& o) {
   struct stat out {};
   if (::stat(o.output.c_str(), &out) != 0) return;  // a file that does not exist is no input
-  for (const auto& spec : o.inputs) {
-    const std::string path = o.labels_from_dirs ? parse_label_input(spec).path : spec;
+  for (const auto& [label, path] : resolve_inputs(o)) {
     struct stat in {};
     if (::stat(path.c_str(), &in) != 0) continue;  // reported as a missing input later
     for (const auto& file : input_files(path)) {
@@ -160,6 +157,19 @@ void refuse_output_among_inputs(const PrepareOptions& o) {
 }
 
 }  // namespace
+
+std::vector<LabelInput> resolve_inputs(const PrepareOptions& o) {
+  std::vector<LabelInput> inputs;
+  for (const auto& spec : o.inputs) {
+    if (!o.labels_from_dirs) { inputs.push_back({"", spec}); continue; }
+    LabelInput in = parse_label_input(spec);
+    for (const auto& seen : inputs)
+      HT_REQUIRE(seen.label != in.label, ExitCode::kUsage, "label '{}' given twice (use NAME=PATH to rename)",
+                 in.label);
+    inputs.push_back(std::move(in));
+  }
+  return inputs;
+}
 
 void validate_prepare(const PrepareOptions& o) {
   HT_REQUIRE(!o.inputs.empty(), ExitCode::kUsage, "prepare: give at least one --input");

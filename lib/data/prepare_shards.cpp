@@ -2,8 +2,9 @@
 // What makes it equal: a document never spans files, documents are numbered globally in input
 // order (the offset of a rank's first document comes from an allgather), the train/val rule is
 // a function of (seed, global document index, total count) only, and every shard shares one
-// tokenizer. Tokens of /train and /val are the documents' tokens in order, so concatenating the
-// shards' splits gives the single file's splits.
+// tokenizer. Tokens of /train and /val are the documents' tokens in order (classification: one row
+// per document, labelled with its --input's index), so concatenating the shards' splits gives the
+// single file's splits.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,16 +25,16 @@ namespace ht::data {
 namespace {
 
 // Every input file in the order prepare reads them (inputs in order, a directory's files sorted),
-// with the index of the --input each came from.
+// with the index of the --input each came from (with --labels-from-dirs: its label).
 struct CorpusFiles {
   std::vector<std::string> paths;
   std::vector<size_t> input;
 };
 
-CorpusFiles corpus_files(const PrepareOptions& o) {
+CorpusFiles corpus_files(const std::vector<LabelInput>& inputs) {
   CorpusFiles files;
-  for (size_t i = 0; i < o.inputs.size(); ++i)
-    for (auto& f : input_files(o.inputs[i])) {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    for (auto& f : input_files(inputs[i].path)) {
       files.paths.push_back(std::move(f));
       files.input.push_back(i);
     }
@@ -60,13 +61,15 @@ std::vector<size_t> split_files(const std::vector<std::string>& files, int ranks
   return first;
 }
 
-// Files [begin, end); docs_per_file[i] (when given) receives file i's document count.
-Corpus read_files(const std::vector<std::string>& files, size_t begin, size_t end,
+// Files [begin, end); a document's label is its input's index when `labels`; docs_per_file[i]
+// (when given) receives file i's document count.
+Corpus read_files(const CorpusFiles& files, size_t begin, size_t end, bool labels,
                   std::vector<int64_t>* docs_per_file = nullptr) {
   Corpus c;
   for (size_t i = begin; i < end; ++i) {
-    auto docs = file_documents(files[i], &c.bytes);
+    auto docs = file_documents(files.paths[i], &c.bytes);
     if (docs_per_file) (*docs_per_file)[i] = static_cast<int64_t>(docs.size());
+    if (labels) c.labels.insert(c.labels.end(), docs.size(), static_cast<int32_t>(files.input[i]));
     c.docs.insert(c.docs.end(), std::make_move_iterator(docs.begin()), std::make_move_iterator(docs.end()));
   }
   return c;
@@ -105,32 +108,37 @@ PrepareSummary prepare_shards(const PrepareOptions& o, comm::Communicator& comm)
   Stopwatch clock;
   Corpus mine;
   std::string merges;  // rank 0's BPE vocabulary, packed
+  std::vector<LabelInput> inputs;
   CorpusFiles files;
   std::vector<int64_t> docs_per_file;  // this rank's files filled in, then summed over ranks
   comm::run_agreed(comm, [&] {
-    HT_REQUIRE(!o.labels_from_dirs, ExitCode::kUsage,
-               "prepare: --labels-from-dirs writes one file; run it without mpirun (sharded prepare under mpirun "
-               "-np {} is for causal-lm text)", R);
     validate_prepare(o);
-    files = corpus_files(o);
+    inputs = resolve_inputs(o);
+    files = corpus_files(inputs);
     const size_t num_files = files.paths.size();
     HT_REQUIRE(num_files >= static_cast<size_t>(R), ExitCode::kUsage,
                "prepare: {} input file(s) cannot make {} shards (each rank writes whole files); run on at most {} "
                "ranks", num_files, R, num_files);
     const auto first = split_files(files.paths, R);
     docs_per_file.assign(num_files, 0);
-    mine = read_files(files.paths, first[r], first[r + 1], &docs_per_file);
+    mine = read_files(files, first[r], first[r + 1], o.labels_from_dirs, &docs_per_file);
+    // Every shard carries every label name, also those none of its documents has.
+    if (o.labels_from_dirs)
+      for (const auto& in : inputs) mine.label_names.push_back(in.label);
   });
   comm.allreduce(docs_per_file.data(), docs_per_file.size(), comm::DType::kI64, comm::ReduceOp::kSum);
   comm::run_agreed(comm, [&] {
     // As the single-file prepare: every --input must give documents (an empty one is a mistake).
     std::vector<int64_t> docs_per_input(o.inputs.size(), 0);
     for (size_t i = 0; i < docs_per_file.size(); ++i) docs_per_input[files.input[i]] += docs_per_file[i];
-    for (size_t i = 0; i < o.inputs.size(); ++i)
+    for (size_t i = 0; i < inputs.size(); ++i) {
       HT_REQUIRE(docs_per_input[i] > 0, ExitCode::kData, "{}: no documents found (empty files or directory?)",
-                 o.inputs[i]);
+                 inputs[i].path);
+      if (o.labels_from_dirs && r == 0)
+        HT_INFO("prepare: label {} '{}': {} documents from {}", i, inputs[i].label, docs_per_input[i], inputs[i].path);
+    }
     if (bpe && r == 0) {  // one vocabulary for all shards, trained as the single-file prepare trains it
-      const Corpus all = read_files(files.paths, 0, files.paths.size());
+      const Corpus all = read_files(files, 0, files.paths.size(), false);
       merges = pack_merges(make_tokenizer(o, all.docs, all.bytes));
     }
   });
@@ -162,8 +170,8 @@ PrepareSummary prepare_shards(const PrepareOptions& o, comm::Communicator& comm)
     std::remove(tmp.c_str());
     throw;
   }
-  HT_INFO("prepare: wrote {} shards {} ({} tokenizer, vocab {}, {} documents, {:.1f} MiB of text) in {:.1f}s", R,
-          shard_path(o.output, 0, R), config::name_of(o.tokenizer), s.vocab_size, total,
+  HT_INFO("prepare: wrote {} shards {} ({}, {} tokenizer, vocab {}, {} documents, {:.1f} MiB of text) in {:.1f}s", R,
+          shard_path(o.output, 0, R), config::name_of(s.task), config::name_of(o.tokenizer), s.vocab_size, total,
           total_bytes / 1048576.0, clock.seconds());
   return s;
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "data/prepare.h"
+#include "data/text_source.h"
 #include "data/tokenizer.h"
 
 namespace ht::data {
@@ -20,6 +21,10 @@ struct Corpus {
 
 // Usage errors (kUsage) of the options; the same on every rank.
 void validate_prepare(const PrepareOptions& o);
+
+// The --inputs as (label, path), in order: with --labels-from-dirs each names its label (a label
+// given twice is a usage error); without, every label is "".
+std::vector<LabelInput> resolve_inputs(const PrepareOptions& o);
 
 // byte, or BPE trained on docs (bytes: their size, for progress lines).
 Tokenizer make_tokenizer(const PrepareOptions& o, const std::vector<std::string>& docs, uint64_t bytes);

@@ -23,10 +23,11 @@ raw() {
   h5dump -d "$2" -b LE -o "$f" "$1" >/dev/null || fail "h5dump $1 $2"
   cat "$f"; rm -f "$f"
 }
-# same_content SINGLE SHARD...: /train and /val tokens of the shards, concatenated, equal the single file's.
+# same_content SINGLE SHARD...: each dataset of $DATASETS (default: /train and /val tokens) of the
+# shards, concatenated, equals the single file's.
 same_content() {
   local single=$1; shift
-  for ds in /train/tokens /val/tokens; do
+  for ds in ${DATASETS:-/train/tokens /val/tokens}; do
     raw "$single" $ds >"$WORK/a.bin"
     : >"$WORK/b.bin"
     for s in "$@"; do raw "$s" $ds >>"$WORK/b.bin"; done
@@ -101,6 +102,24 @@ case "$CASE" in
     done
     echo "ok: 3 BPE shards = the single file"
     ;;
+  cls_equal)
+    # Classification (--labels-from-dirs): rows and labels of 2 and 3 shards = the single file's,
+    # every shard names every label, and training gives the same losses.
+    in=(--labels-from-dirs --input "$FORTUNES/de" --input "$FORTUNES/it" --input "$FORTUNES/es" --seq-len 64)
+    prepare 1 one.h5 "${in[@]}"
+    prepare 2 two.h5 "${in[@]}"
+    prepare 3 three.h5 "${in[@]}"
+    DATASETS="/train/input_ids /train/labels /val/input_ids /val/labels" \
+      same_content "$WORK/one.h5" "$WORK/two-00000-of-00002.h5" "$WORK/two-00001-of-00002.h5"
+    DATASETS="/train/input_ids /train/labels /val/input_ids /val/labels" \
+      same_content "$WORK/one.h5" "$WORK"/three-0000[0-2]-of-00003.h5
+    for s in "$WORK"/two-*.h5 "$WORK"/three-*.h5; do
+      h5dump -a /label_names "$s" | grep -q '"de".*"it".*"es"' || fail "$s: label_names are not de, it, es"
+    done
+    train 2 c2 "$WORK/one.h5" --set model.task=classification
+    train 2 c2s3 "$WORK/three-*-of-00003.h5" --set model.task=classification
+    same_losses c2 c2s3
+    ;;
   bad_input)
     prepare 1 byte.h5 --input "$FORTUNES/computers"
     prepare 1 bpe.h5 --input "$FORTUNES/computers" --tokenizer bpe --vocab-size 300
@@ -116,12 +135,12 @@ case "$CASE" in
     expect_once "data.path: shard $WORK/missing.h5: file not found"
     t 1 "$WORK/byte.h5,,$WORK/bpe.h5"
     expect_once "config key 'data.path': empty entry in the path list"
-    # Sharded prepare refusals: fewer input files than ranks; classification.
+    # Sharded prepare refusals: fewer input files than ranks; a label given twice.
     expect_rc 1 mpi 2 "$HPCTRAIN" prepare --input "$FORTUNES/computers" --output "$WORK/x.h5"
     expect_once "prepare: 1 input file(s) cannot make 2 shards"
-    expect_rc 1 mpi 2 "$HPCTRAIN" prepare --labels-from-dirs --input "$FORTUNES/de" --input en="$FORTUNES" \
+    expect_rc 1 mpi 2 "$HPCTRAIN" prepare --labels-from-dirs --input "$FORTUNES/de" --input de="$FORTUNES/it" \
       --output "$WORK/y.h5"
-    expect_once "prepare: --labels-from-dirs writes one file"
+    expect_once "label 'de' given twice"
     # An input without documents is refused as the single-file prepare refuses it, naming it.
     : >"$WORK/empty.txt"
     expect_rc 2 mpi 2 "$HPCTRAIN" prepare --input "$FORTUNES/computers" --input "$WORK/empty.txt" --output "$WORK/z.h5"

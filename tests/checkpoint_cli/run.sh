@@ -4,25 +4,13 @@
 # "Bit-identical" = h5diff exit 0 on /model (and the optimizer, counters and per-rank RNG groups) of the
 # final checkpoints, plus equal per-step losses in metrics.jsonl.
 set -uo pipefail
-CASE="$1"
-WORK=$(mktemp -d /tmp/ht-ckpt-cli-XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-IFS=';' read -r -a MPIFLAGS <<<"${MPIEXEC_FLAGS:-}"
+source "$(dirname "$0")/../support/case.sh" ckpt-cli "$1"
 H5DIFF=${H5DIFF:-$(command -v h5diff)}
 H5DUMP=${H5DUMP:-$(command -v h5dump)}
 source "$(dirname "$0")/../support/skip.sh"
 if [ ! -x "$H5DIFF" ] || [ ! -x "$H5DUMP" ]; then skip_suite "h5diff/h5dump not found (apt-get install hdf5-tools)"; fi
 H5LS="$(dirname "$H5DIFF")/h5ls"
-FORTUNES=/usr/share/games/fortunes
 
-fail() { echo "FAIL($CASE): $*" >&2; exit 1; }
-note() { echo "--- $*"; }
-mpi() { local np=$1; shift; timeout 300 "$MPIEXEC" -np "$np" "${MPIFLAGS[@]}" "$@"; }
-
-lm_data() {
-  "$HPCTRAIN" prepare --input "$FORTUNES/fortunes" --output "$WORK/lm.h5" --val-fraction 0.1 >"$WORK/prepare.log" 2>&1 \
-    || { cat "$WORK/prepare.log"; fail "prepare failed"; }
-}
 # Tiny model, CPU, one thread per rank, no eval, a metrics line per step, 20 steps. Nothing that
 # bears on exactness is pinned: peak FLOP/s is measured at start as users run it.
 BASE=(--set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set model.seq_len=64

@@ -2,18 +2,8 @@
 # End-to-end cases for `hpctrain` under mpirun. Usage: run.sh CASE (environment from ctest:
 # HPCTRAIN, CUSTOM_LOOP, MPIEXEC, MPIEXEC_FLAGS (a ;-list), OpenMPI root variables).
 set -uo pipefail
-CASE="$1"
-WORK=$(mktemp -d /tmp/ht-cli-XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-IFS=';' read -r -a MPIFLAGS <<<"${MPIEXEC_FLAGS:-}"
-FORTUNES=/usr/share/games/fortunes
+source "$(dirname "$0")/../support/case.sh" cli "$1"
 
-source "$(dirname "$0")/../support/expect.sh"
-
-lm_data() {  # a small real-text LM dataset (one fortunes file)
-  "$HPCTRAIN" prepare --input "$FORTUNES/fortunes" --output "$WORK/lm.h5" --val-fraction 0.1 >/dev/null 2>&1 \
-    || fail "prepare failed"
-}
 TINY=(--set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set model.seq_len=64
       --set train.micro_batch_size=8 --set train.lr=3e-3 --set train.warmup_steps=5 --set eval.max_batches=4
       --set train.threads=1)

@@ -2,19 +2,10 @@
 # Issue 17 cases through the real binary under mpirun. Usage: run.sh CASE. Environment from ctest:
 # HPCTRAIN, MPIEXEC, MPIEXEC_FLAGS (a ;-list), HPCTRAIN_SOURCE_DIR, OpenMPI root variables.
 set -uo pipefail
-CASE="$1"
-WORK=$(mktemp -d /tmp/ht-exp-XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-IFS=';' read -r -a MPIFLAGS <<<"${MPIEXEC_FLAGS:-}"
-FORTUNES=/usr/share/games/fortunes
+source "$(dirname "$0")/../support/case.sh" exp "$1"
 SRC="${HPCTRAIN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}"
 
 HT_MPI_TIMEOUT=240
-source "$(dirname "$0")/../support/expect.sh"
-lm_data() {
-  "$HPCTRAIN" prepare --input "$FORTUNES/fortunes" --output "$WORK/lm.h5" --val-fraction 0.1 >/dev/null 2>&1 \
-    || fail "prepare failed"
-}
 TINY=(--set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set model.seq_len=64
       --set train.micro_batch_size=8 --set train.lr=3e-3 --set train.warmup_steps=5 --set train.threads=1
       --set train.device=cpu --set eval.max_batches=4)

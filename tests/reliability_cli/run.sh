@@ -4,15 +4,8 @@
 # no rank hanging and no checkpoint that existed before touched. Usage: run.sh CASE.
 # Environment from ctest: HPCTRAIN, MPIEXEC, MPIEXEC_FLAGS (a ;-list), OpenMPI root variables.
 set -uo pipefail
-CASE="$1"
-WORK=$(mktemp -d /tmp/ht-reliability-XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-IFS=';' read -r -a MPIFLAGS <<<"${MPIEXEC_FLAGS:-}"
-FORTUNES=/usr/share/games/fortunes
+source "$(dirname "$0")/../support/case.sh" reliability "$1"
 
-fail() { echo "FAIL($CASE): $*" >&2; exit 1; }
-note() { echo "--- $*"; }
-mpi() { local np=$1; shift; timeout 300 "$MPIEXEC" -np "$np" "${MPIFLAGS[@]}" "$@"; }
 # expect RC NAME CMD...: runs CMD (output in $WORK/NAME.log), requires exit code RC exactly.
 expect() {
   local want=$1 name=$2; shift 2
@@ -29,10 +22,6 @@ once() {
   note "$1: exit as expected, one line: $(grep -m1 -- "$2" "$WORK/$1.log" | sed 's/^\[[^]]*\] //')"
 }
 
-lm_data() {
-  "$HPCTRAIN" prepare --input "$FORTUNES/fortunes" --output "$WORK/lm.h5" --val-fraction 0.1 >/dev/null 2>&1 \
-    || fail "prepare failed"
-}
 TINY=(--set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set model.seq_len=64
       --set train.micro_batch_size=4 --set train.threads=1 --set eval.strategy=no --set train.max_steps=6)
 train() {  # train NP OUTDIR ARGS...

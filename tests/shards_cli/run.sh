@@ -2,14 +2,9 @@
 # Sharded datasets through the real binary under mpirun. Usage: run.sh CASE. Environment from
 # ctest: HPCTRAIN, MPIEXEC, MPIEXEC_FLAGS (a ;-list), OpenMPI root variables.
 set -uo pipefail
-CASE="$1"
-WORK=$(mktemp -d /tmp/ht-shards-XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-IFS=';' read -r -a MPIFLAGS <<<"${MPIEXEC_FLAGS:-}"
-FORTUNES=/usr/share/games/fortunes
+source "$(dirname "$0")/../support/case.sh" shards "$1"
 
 HT_MPI_TIMEOUT=240
-source "$(dirname "$0")/../support/expect.sh"
 # prepare NP OUT ARGS...: NP = 1 runs without mpirun (one file), else NP shards.
 prepare() {
   local np=$1 out=$2; shift 2

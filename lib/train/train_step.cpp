@@ -4,11 +4,15 @@
 #include <ATen/cpu/Utils.h>
 #include <torch/nn/functional/loss.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <thread>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/signals.h"
+#include "core/timer.h"
 
 namespace ht::train {
 
@@ -87,6 +91,21 @@ void maybe_inject_failure(int rank, int64_t step) {
   static const char* s = std::getenv("HPCTRAIN_TEST_FAIL_STEP");
   if (r && s && std::atoi(r) == rank && std::atoll(s) == step)
     HT_FAIL(ExitCode::kRuntime, "injected failure on rank {} at step {} (HPCTRAIN_TEST_FAIL_RANK/STEP)", rank, step);
+}
+
+void maybe_hold_for_signal(int64_t step) {
+  static const char* at = std::getenv("HPCTRAIN_TEST_HOLD_AT_STEP");
+  if (at == nullptr || std::atoll(at) != step || signals::pending()) return;
+  const char* limit = std::getenv("HPCTRAIN_TEST_HOLD_TIMEOUT_S");
+  const double timeout_s = limit != nullptr ? std::atof(limit) : 600.0;
+  HT_INFO("holding at step {} until SIGTERM or SIGUSR1 arrives (HPCTRAIN_TEST_HOLD_AT_STEP)", step);
+  Stopwatch sw;
+  while (!signals::pending()) {
+    HT_REQUIRE(sw.seconds() < timeout_s, ExitCode::kRuntime,
+               "HPCTRAIN_TEST_HOLD_AT_STEP={}: no SIGTERM or SIGUSR1 within {} s (HPCTRAIN_TEST_HOLD_TIMEOUT_S)", step,
+               timeout_s);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 }  // namespace ht::train

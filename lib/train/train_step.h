@@ -65,5 +65,11 @@ StepFlags agree_step_flags(bool finite_here, comm::Communicator& comm, PhaseCloc
 // Test hook (documented in docs/config.md): HPCTRAIN_TEST_FAIL_RANK=R and HPCTRAIN_TEST_FAIL_STEP=S
 // make rank R throw at step S, to prove that a failing rank ends the whole job without a hang.
 void maybe_inject_failure(int rank, int64_t step);
+// Test hook (docs/config.md): HPCTRAIN_TEST_HOLD_AT_STEP=S makes every rank stop before the signal
+// check of step S, print "holding at step S" once, and wait there until SIGTERM or SIGUSR1
+// arrives (at most HPCTRAIN_TEST_HOLD_TIMEOUT_S seconds, default 600, then an error naming the
+// hook). A signal test then sends its signal after that line, and the signal is seen at step S
+// exactly, however fast the machine: no test races the clock.
+void maybe_hold_for_signal(int64_t step);
 
 }  // namespace ht::train

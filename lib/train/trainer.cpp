@@ -164,6 +164,7 @@ bool Trainer::Impl::step(bool& signalled) {
       accumulate_gradients(gpt, *loader, cfg.train.grad_accum_steps, device, cfg.train.autocast, clock,
                            [&](bool last) { local_sgd->before_backward(last); });
   maybe_inject_failure(comm.rank(), counters.step + 1);
+  maybe_hold_for_signal(counters.step + 1);
   const int64_t peak_bytes = memory::cpu_peak_bytes() - live_before;
   // Gradient averaging first (when synchronous): an exchange that started during backward then
   // completes inside it (counted as communication), not inside the small collective below, which

@@ -31,8 +31,14 @@ train() {
 has() { grep -q -- "$2" "$WORK/$1.log" || { tail -30 "$WORK/$1.log"; fail "$1.log lacks '$2'"; }; }
 ckpt() { echo "$WORK/$1/checkpoints/$(printf 'ckpt-%08d.h5' "$2")"; }
 
-# The top-level objects of a checkpoint file, one per line, sorted.
-top_level() { "$H5LS" "$1" | awk '{print $1}' | sort; }
+# The top-level objects of a checkpoint file, one per line, sorted. h5ls runs on its own (not in a
+# pipeline), so that its failure is reported with its own message instead of an empty list.
+top_level() {
+  local listing
+  listing=$("$H5LS" "$1" 2>"$WORK/h5ls.err") || { cat "$WORK/h5ls.err" >&2; echo "h5ls $1 failed (exit $?)" >&2; return 1; }
+  [ -n "$listing" ] || { echo "h5ls $1 listed no objects" >&2; return 1; }
+  awk '{print $1}' <<<"$listing" | sort
+}
 
 # Two checkpoints hold the same objects and every group and dataset is identical (h5diff exit 0);
 # only the root's provenance attributes (time, run_id) and /config (each run's own output
@@ -45,7 +51,7 @@ same_checkpoint() {
   ga=$(top_level "$a") || fail "h5ls $a failed"
   gb=$(top_level "$b") || fail "h5ls $b failed"
   [ "$ga" = "$gb" ] || fail "the files hold different objects: [$(echo $ga)] vs [$(echo $gb)]"
-  echo "$ga" | grep -qx model || fail "$a has no /model"
+  echo "$ga" | grep -qx model || fail "$a has no /model (h5ls lists: $(echo $ga))"
   for g in $ga; do
     [ "$g" = config ] && continue
     "$H5DIFF" "$a" "$b" "/$g" "/$g" >"$WORK/h5diff.txt" 2>&1 \

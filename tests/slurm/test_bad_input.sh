@@ -47,15 +47,19 @@ pmi)
   ;;
 missing_ckpt)
   # Signalled and requeued, but the checkpoint directory is gone before the restart.
+  # The run holds at step 3 until the signal arrives (HPCTRAIN_TEST_HOLD_AT_STEP): no race with the clock.
   jid=$(submit --time=5 --nodes=1 --ntasks-per-node=2 --job-name=mc \
-        --export="ALL,HPCTRAIN=$HPCTRAIN,CONFIG=tiny.toml,RUN_DIR=mc,SETS=train.max_steps=150" "$JOBS/train.sbatch")
+        --export="ALL,HPCTRAIN=$HPCTRAIN,CONFIG=tiny.toml,RUN_DIR=mc,SETS=train.max_steps=40,HPCTRAIN_TEST_HOLD_AT_STEP=3" \
+        "$JOBS/train.sbatch")
   out="hpctrain-mc-$jid.out"
-  wait_for_line "$out" 'step +([3-9]|[1-9][0-9]+)/' "$jid" || { show_output "$out"; fail "never reached step 3"; }
-  timeout 10 scancel --batch --signal=USR1 "$jid"
+  hold="holding at step 3 until SIGTERM or SIGUSR1"
+  wait_for_line "$out" "$hold" "$jid" || { show_output "$out"; fail "job $jid never printed '$hold' within ${JOB_TIMEOUT_S}s"; }
+  timeout 10 scancel --batch --signal=USR1 "$jid" || fail "scancel --batch --signal=USR1 $jid failed"
   deadline=$((SECONDS + JOB_TIMEOUT_S))
   until [ "$(job_field "$jid" Restarts)" = 1 ] && [ "$(job_field "$jid" JobState)" = PENDING ]; do
-    [ $SECONDS -lt $deadline ] || { show_output "$out"; fail "job $jid not requeued"; }
-    case "$(job_field "$jid" JobState)" in COMPLETED|FAILED|CANCELLED) show_output "$out"; fail "job ended before requeue";; esac
+    [ $SECONDS -lt $deadline ] || { show_output "$out"; fail "job $jid not requeued within ${JOB_TIMEOUT_S}s of the signal"; }
+    st=$(job_field "$jid" JobState)
+    case "$st" in COMPLETED|FAILED|CANCELLED) show_output "$out"; fail "job $jid ended $st before its requeue";; esac
     sleep 0.3
   done
   say "job requeued; removing its checkpoint directory mc/checkpoints before it restarts"

@@ -4,10 +4,12 @@
 # final parameters as the same training run without interruption.
 source "$(dirname "$0")/lib.sh"
 new_workdir requeue
-STEPS="${REQUEUE_TEST_STEPS:-100}"
+STEPS=40
+HOLD=5   # the signalled run holds at this step until the signal arrives (HPCTRAIN_TEST_HOLD_AT_STEP)
 SETS="train.max_steps=$STEPS"
 common=(--time=5 --nodes=1 --ntasks-per-node=2)
 env_for() { echo "ALL,HPCTRAIN=$HPCTRAIN,CONFIG=tiny.toml,RUN_DIR=$1,SETS=$SETS,MAX_REQUEUES=2"; }
+HOLD_LINE="holding at step $HOLD until SIGTERM or SIGUSR1"
 
 # 1. The reference: no interruption.
 ref=$(submit "${common[@]}" --job-name=ref --export="$(env_for ref),PREFLIGHT=0" "$JOBS/train.sbatch") || fail "sbatch refused the reference job"
@@ -16,10 +18,13 @@ st=$(wait_job "$ref"); show_output "hpctrain-ref-$ref.out"
 [ "$st" = COMPLETED ] || fail "reference job $ref ended $st"
 
 # 2. The same run, signalled mid-training.
-jid=$(submit "${common[@]}" --job-name=pre --export="$(env_for pre)" "$JOBS/train.sbatch") || fail "sbatch refused the job"
+# It holds before step $HOLD's signal check until the signal has arrived: the signal lands at step
+# $HOLD however fast the machine trains (the resumed run passes that step without holding).
+jid=$(submit "${common[@]}" --job-name=pre --export="$(env_for pre),HPCTRAIN_TEST_HOLD_AT_STEP=$HOLD" "$JOBS/train.sbatch") ||
+  fail "sbatch refused the job"
 out="hpctrain-pre-$jid.out"
-say "job $jid: waiting for training step 3"
-wait_for_line "$out" 'step +([3-9]|[1-9][0-9]+)/' "$jid" || { show_output "$out"; fail "job $jid never reached step 3"; }
+say "job $jid: waiting for '$HOLD_LINE'"
+wait_for_line "$out" "$HOLD_LINE" "$jid" || { show_output "$out"; fail "job $jid never printed '$HOLD_LINE' within ${JOB_TIMEOUT_S}s"; }
 say "sending USR1 to the batch shell: scancel --batch --signal=USR1 $jid"
 timeout 10 scancel --batch --signal=USR1 "$jid" || fail "scancel failed"
 
@@ -30,7 +35,7 @@ while [ $SECONDS -lt $deadline ]; do
   case "$(job_field "$jid" JobState)" in COMPLETED|FAILED|CANCELLED|TIMEOUT) break ;; esac
   sleep 0.3
 done
-[ "$(job_field "$jid" Restarts)" = 1 ] || { show_output "$out"; fail "job $jid was not requeued (state $(job_field "$jid" JobState); did training end before the signal? raise REQUEUE_TEST_STEPS)"; }
+[ "$(job_field "$jid" Restarts)" = 1 ] || { show_output "$out"; fail "job $jid was not requeued within ${JOB_TIMEOUT_S}s of the signal (state $(job_field "$jid" JobState), Restarts $(job_field "$jid" Restarts))"; }
 say "job $jid requeued (Restarts=1); releasing it early: scontrol update JobId=$jid StartTime=now+3"
 release_requeued "$jid"
 st=$(wait_job "$jid"); show_output "$out"
@@ -52,7 +57,7 @@ sed -n "${l1}p;${l2}p;${l3}p;${l4}p;${l5}p;${l6}p;${l7}p" "$out"
 step_ckpt=$(sed -n 's/.*checkpointing at step \([0-9]*\).*/\1/p' "$out" | head -n 1)
 step_resumed=$(sed -n 's/.*resumed at step \([0-9]*\).*/\1/p' "$out" | head -n 1)
 [ "$step_ckpt" = "$step_resumed" ] || fail "checkpointed at step $step_ckpt but resumed at step $step_resumed"
-[ "$step_ckpt" -lt "$STEPS" ] || fail "the signal landed after the last step"
+[ "$step_ckpt" = "$HOLD" ] || fail "the signal checkpoint is at step $step_ckpt, the run held for it at step $HOLD"
 
 # 4. Same final parameters as the uninterrupted run.
 same_model "$(final_ckpt pre/checkpoints)" "$(final_ckpt ref/checkpoints)"

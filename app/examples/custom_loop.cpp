@@ -1,6 +1,7 @@
 // A hand-written training loop from hpctrain's building blocks: the C++ twin of the
 // Hugging Face Accelerate loop with `accumulate(model)`, `backward(loss)`, `optimizer.step()`,
-// `lr_scheduler.step()`, `zero_grad()` and `with LocalSGD(model, local_sgd_steps=N):`.
+// `lr_scheduler.step()`, `zero_grad()` and `with LocalSGD(model, local_sgd_steps=N):`. The
+// data-parallel strategy comes from the config (make_data_parallel); the loop never asks which.
 //
 //   mpirun -np 2 build/bin/custom_loop --data data/fortunes.h5 --steps 30
 #include <CLI/CLI.hpp>
@@ -15,8 +16,8 @@
 #include "data/loader.h"
 #include "model/gpt.h"
 #include "train/accelerator.h"
-#include "train/local_sgd.h"
-#include "train/optim.h"
+#include "train/data_parallel/data_parallel.h"
+#include "train/optimizer/schedule.h"
 
 int main(int argc, char** argv) {
   ht::comm::MpiSession mpi(&argc, &argv);
@@ -37,7 +38,8 @@ int main(int argc, char** argv) {
     cfg.train.warmup_steps = 5;
     cfg.local_sgd.enabled = true;
     cfg.local_sgd.steps = local_steps;
-    const auto data = ht::data::Dataset::open(data_path);
+    cfg.data.paths = {data_path};
+    const auto data = ht::data::open(cfg.data, "--data");
     cfg.model.vocab_size = data->meta().vocab_size;
     cfg.model.n_layer = 2;
     cfg.model.d_model = 64;
@@ -49,39 +51,37 @@ int main(int argc, char** argv) {
     torch::manual_seed(0);
 
     ht::model::Gpt model(ht::model::GptOptions::from_config(cfg.model));
-    auto optimizer = ht::train::make_adamw(*model, cfg.train);
     ht::train::LrSchedule lr_scheduler(cfg.train, steps);
     ht::train::Accelerator accelerator(accum);
     ht::data::Loader loader(data, ht::data::LoaderOptions::from_config(cfg), *comm);
 
     double first = 0, last = 0;
     {
-      ht::train::LocalSgd local_sgd(*model, *optimizer, *comm, cfg.local_sgd);  // `with LocalSGD(...)`
+      auto dp = ht::train::make_data_parallel(*model, *comm, cfg);  // `with LocalSGD(...)`
+      auto& optimizer = dp->optimizer();
       int64_t step = 0;
       double loss_sum = 0;
       while (step < steps) {
         auto batch = loader.next();
         auto scope = accelerator.accumulate();
         auto loss = ht::model::lm_loss(model->lm_logits(batch.input), batch.target);
-        local_sgd.before_backward(accelerator.sync_gradients());  // buckets may start during this backward
+        dp->before_backward(accelerator.sync_gradients());  // buckets may start during this backward
         accelerator.backward(loss);
         loss_sum += loss.item<double>() / static_cast<double>(accum);
         if (!accelerator.sync_gradients()) continue;
-        local_sgd.after_backward();
-        ht::train::clip_grad_norm(*model, 1.0);
-        lr_scheduler.apply(*optimizer, step);  // lr_scheduler.step()
-        optimizer->step();
-        // Per-step gradient averaging keeps the gradients in its flat buffer: zero them in place then.
-        optimizer->zero_grad(/*set_to_none=*/!local_sgd.keep_gradients());
-        local_sgd.step();  // averages parameters every N steps
+        dp->after_backward();
+        lr_scheduler.apply(optimizer, step);  // lr_scheduler.step()
+        dp->clip_and_update(1.0);             // clip + optimizer.step()
+        dp->zero_grad();                      // in place: gradients may live in an exchange buffer
+        dp->after_update();                   // averages parameters every N steps
         if (step == 0) first = loss_sum;
         last = loss_sum;
         if (step % 10 == 0) HT_INFO("step {} loss {:.4f}", step, loss_sum);
         loss_sum = 0;
         ++step;
       }
-      HT_INFO("parameter averages: {}", local_sgd.stats().syncs);
-    }  // the scope's destructor ran the final synchronisation
+      HT_INFO("parameter averages: {}", dp->stats().syncs);
+    }  // the strategy's destructor ran the final synchronisation
     HT_INFO("first loss {:.4f}, last loss {:.4f}", first, last);
     if (!(std::isfinite(last) && last < first)) {
       HT_ERROR("loss did not decrease");

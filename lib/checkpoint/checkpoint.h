@@ -16,6 +16,14 @@ namespace ht::checkpoint {
 inline constexpr const char* kFormatName = "hpctrain-checkpoint";
 inline constexpr int64_t kFormatVersion = 1;
 
+// Where each kind of state lives in a checkpoint (docs/checkpoint-format.md): the one place that
+// names them.
+inline const std::string kParamPrefix = "model/";              // the (averaged) model's parameters
+inline const std::string kBufferPrefix = "model_buffers/";     // its buffers
+inline const std::string kOptimizerPrefix = "optimizer/";      // optimizer/<moment>/<param>, optimizer/step/<param>
+inline const std::string kStrategyPrefix = "local_sgd/";       // the data-parallel strategy's own state
+inline const std::string kReplicaPrefix = "replica/";          // per rank: a replica that differs from /model
+
 // Everything a run needs to continue exactly. Keys are HDF5 paths below the root, e.g.
 // "model/blocks.0.attn.qkv.weight", "optimizer/exp_avg/wte.weight", "local_sgd/outer_momentum/...".
 struct Snapshot {
@@ -104,9 +112,16 @@ std::string describe(const std::string& path, bool* ok = nullptr);
 struct Expectation {
   std::map<std::string, torch::Tensor> params;   // "wte.weight" -> parameter
   std::map<std::string, torch::Tensor> buffers;  // "name" -> float buffer
-  bool optimizer = false;        // resume: AdamW moments must fit the parameters too
-  bool moments_per_rank = false; // this run keeps AdamW moments per rank (local SGD)
+  bool optimizer = false;        // resume: the optimizer's moments must fit the parameters too
+  bool moments_per_rank = false; // this run keeps the moments per rank (local SGD)
+  std::vector<std::string> moment_names;  // the moments this run's optimizer keeps (e.g. exp_avg, exp_avg_sq)
+  std::string optimizer_name;             // its train.optimizer value, for messages
 };
+// Every parameter and buffer of the module by name: what a checkpoint of it must hold.
+Expectation expectation_of(const torch::nn::Module& module);
+// Copies the checkpoint's model (/model, /model_buffers) into the module's tensors (after
+// check_compatible); parameters whose name starts with skip_prefix (if not empty) keep their values.
+void load_model(const Snapshot& snap, torch::nn::Module& module, const std::string& skip_prefix = "");
 
 // The one answer to "does this checkpoint fit this model?", used by resume, eval and inspect.
 // Both directions: every parameter of the model is in the file with the same shape and dtype, and

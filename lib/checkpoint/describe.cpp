@@ -24,12 +24,12 @@ void describe_parameters(std::ostringstream& out, const detail::TensorMap& tenso
   int64_t count = 0, elems = 0;
   size_t width = 10;
   for (const auto& [k, t] : tensors)
-    if (k.rfind("model/", 0) == 0) width = std::max(width, k.size() - 6);
+    if (k.rfind(kParamPrefix, 0) == 0) width = std::max(width, k.size() - kParamPrefix.size());
   out << fmt::format("\nparameters (/model):\n  {:<{}}  {:<16} {:<9} {:>12}\n", "name", width, "shape", "dtype",
                      "L2 norm");
   for (const auto& [k, t] : tensors) {
-    if (k.rfind("model/", 0) != 0) continue;
-    out << fmt::format("  {:<{}}  {:<16} {:<9} {:>12.6g}\n", k.substr(6), width, shape_text(t), dtype_text(t),
+    if (k.rfind(kParamPrefix, 0) != 0) continue;
+    out << fmt::format("  {:<{}}  {:<16} {:<9} {:>12.6g}\n", k.substr(kParamPrefix.size()), width, shape_text(t), dtype_text(t),
                        l2_norm(t));
     ++count;
     elems += t.numel();
@@ -42,7 +42,7 @@ void describe_groups(std::ostringstream& out, const std::string& indent, const d
                      bool skip_model) {
   std::map<std::string, std::vector<const std::pair<const std::string, torch::Tensor>*>> groups;
   for (const auto& kv : tensors) {
-    if (skip_model && kv.first.rfind("model/", 0) == 0) continue;
+    if (skip_model && kv.first.rfind(kParamPrefix, 0) == 0) continue;
     groups[kv.first.substr(0, kv.first.find('/'))].push_back(&kv);
   }
   for (const auto& [g, items] : groups) {
@@ -124,18 +124,19 @@ void check_group(const Snapshot& file, const std::string& prefix, const std::map
 }
 
 bool has_moments(const detail::TensorMap& m) {
-  return std::any_of(m.begin(), m.end(), [](const auto& kv) { return kv.first.rfind("optimizer/", 0) == 0; });
+  return std::any_of(m.begin(), m.end(), [](const auto& kv) { return kv.first.rfind(kOptimizerPrefix, 0) == 0; });
 }
 
-void check_moments(const Snapshot& file, const detail::TensorMap& moments, const std::map<std::string, torch::Tensor>& params) {
+void check_moments(const Snapshot& file, const detail::TensorMap& moments, const Expectation& want) {
+  const size_t skip = kOptimizerPrefix.size();
   for (const auto& [key, t] : moments) {
-    if (key.rfind("optimizer/", 0) != 0) continue;
-    const auto slash = key.find('/', 10);
+    if (key.rfind(kOptimizerPrefix, 0) != 0) continue;
+    const auto slash = key.find('/', skip);
     HT_REQUIRE(slash != std::string::npos, ExitCode::kData, "checkpoint {}: malformed optimizer entry '{}'", file.path,
                key);
-    const std::string kind = key.substr(10, slash - 10), name = key.substr(slash + 1);
-    auto p = params.find(name);
-    HT_REQUIRE(p != params.end(), ExitCode::kUsage,
+    const std::string kind = key.substr(skip, slash - skip), name = key.substr(slash + 1);
+    auto p = want.params.find(name);
+    HT_REQUIRE(p != want.params.end(), ExitCode::kUsage,
                "checkpoint {} does not fit the model: optimizer state '{}' belongs to no parameter of the model",
                file.path, key);
     if (kind == "step") {
@@ -143,8 +144,12 @@ void check_moments(const Snapshot& file, const detail::TensorMap& moments, const
                  file.path, key, t.numel());
       continue;
     }
-    HT_REQUIRE(kind == "exp_avg" || kind == "exp_avg_sq", ExitCode::kData, "checkpoint {}: unknown optimizer entry '{}'",
-               file.path, key);
+    HT_REQUIRE(std::find(want.moment_names.begin(), want.moment_names.end(), kind) != want.moment_names.end(),
+               ExitCode::kUsage,
+               "config key 'train.optimizer': checkpoint {} holds the optimizer state '{}', which train.optimizer = {} "
+               "does not keep (it keeps {}): the checkpoint was trained with another optimizer; set train.optimizer "
+               "to the one in the checkpoint's /config",
+               file.path, kind, want.optimizer_name, fmt::join(want.moment_names, ", "));
     HT_REQUIRE(t.sizes() == p->second.sizes(), ExitCode::kUsage,
                "checkpoint {} does not fit the model: '{}' has shape {} but parameter '{}' has {}", file.path, key,
                shape_text(t), name, shape_text(p->second));
@@ -153,17 +158,38 @@ void check_moments(const Snapshot& file, const detail::TensorMap& moments, const
 
 }  // namespace
 
+Expectation expectation_of(const torch::nn::Module& module) {
+  Expectation want;
+  for (const auto& p : module.named_parameters()) want.params[p.key()] = p.value();
+  for (const auto& b : module.named_buffers()) want.buffers[b.key()] = b.value();
+  return want;
+}
+
+void load_model(const Snapshot& snap, torch::nn::Module& module, const std::string& skip_prefix) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : module.named_parameters()) {
+    if (!skip_prefix.empty() && p.key().rfind(skip_prefix, 0) == 0) continue;
+    auto it = snap.tensors.find(kParamPrefix + p.key());
+    HT_REQUIRE(it != snap.tensors.end(), ExitCode::kUsage, "checkpoint {} has no parameter '{}'", snap.path, p.key());
+    p.value().copy_(it->second);
+  }
+  for (auto& b : module.named_buffers()) {
+    auto it = snap.tensors.find(kBufferPrefix + b.key());
+    if (it != snap.tensors.end()) b.value().copy_(it->second);
+  }
+}
+
 void check_compatible(const Snapshot& file, const Expectation& want) {
-  check_group(file, "model/", want.params, "parameter");
-  check_group(file, "model_buffers/", want.buffers, "buffer");
+  check_group(file, kParamPrefix, want.params, "parameter");
+  check_group(file, kBufferPrefix, want.buffers, "buffer");
   if (!want.optimizer) return;
   const bool per_rank = has_moments(file.per_rank);
   HT_REQUIRE(!per_rank || want.moments_per_rank, ExitCode::kUsage,
-             "checkpoint {} keeps AdamW moments per rank (written with local SGD), but this run averages gradients "
-             "every step and would let replicas that start from different moments drift apart; resume with "
-             "local_sgd.enabled = true",
+             "checkpoint {} keeps the optimizer moments per rank (written with local SGD), but this run averages "
+             "gradients every step and would let replicas that start from different moments drift apart; resume "
+             "with local_sgd.enabled = true",
              file.path);
-  check_moments(file, per_rank ? file.per_rank : file.tensors, want.params);
+  check_moments(file, per_rank ? file.per_rank : file.tensors, want);
 }
 
 }  // namespace ht::checkpoint

@@ -29,6 +29,9 @@ BucketReducer::BucketReducer(Communicator& comm, torch::Tensor flat, int64_t buc
                              std::string name)
     : comm_(comm), name_(std::move(name)), dtype_(dtype), flat_(std::move(flat)) {
   const int64_t world = comm_.size();
+  HT_REQUIRE(!is_quantized(dtype_), ExitCode::kUsage,
+             "BucketReducer({}): the overlapped bucket exchange carries fp32, bf16 or fp16, not {}", name_,
+             to_string(dtype_));
   HT_REQUIRE(flat_.defined() && flat_.is_cpu() && flat_.scalar_type() == torch::kFloat && flat_.is_contiguous() &&
                  flat_.dim() == 1,
              ExitCode::kRuntime, "BucketReducer({}): needs a contiguous 1-d fp32 CPU buffer", name_);

@@ -44,6 +44,16 @@ class Communicator {
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
   // recv holds size() * bytes_per_rank bytes. send may be recv + rank() * bytes_per_rank (in place).
   virtual void allgather(const void* send, void* recv, size_t bytes_per_rank) = 0;
+  virtual std::unique_ptr<Request> iallgather(const void* send, void* recv, size_t bytes_per_rank);
+  // Reduce-scatter of fp32 sums (MPI_Reduce_scatter_block): send holds size() * count values,
+  // recv receives the sum over ranks of block rank() (count values). recv may not alias send.
+  virtual void reduce_scatter(const float* send, float* recv, size_t count) = 0;
+  virtual std::unique_ptr<Request> ireduce_scatter(const float* send, float* recv, size_t count);
+  // A communicator of the ranks that pass the same color, ordered by key (MPI_Comm_split): the
+  // groups of the hierarchical mode and the peers across groups. Collective.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // The lowest rank of this rank's node (the same on every rank of a node): a node's color.
+  virtual int node_leader() const = 0;
   // Point-to-point (blocking, byte payloads, one tag): for moving data to or from a single rank
   // (checkpoint gather/scatter) without every rank receiving it. Never to oneself.
   virtual void send(const void* buf, size_t bytes, int dest) = 0;

@@ -63,6 +63,16 @@ std::unique_ptr<Request> Communicator::iallreduce(void* buf, size_t count, DType
   return std::make_unique<DoneRequest>();
 }
 
+std::unique_ptr<Request> Communicator::iallgather(const void* send, void* recv, size_t bytes_per_rank) {
+  allgather(send, recv, bytes_per_rank);
+  return std::make_unique<DoneRequest>();
+}
+
+std::unique_ptr<Request> Communicator::ireduce_scatter(const float* send, float* recv, size_t count) {
+  reduce_scatter(send, recv, count);
+  return std::make_unique<DoneRequest>();
+}
+
 void Communicator::alltoall(const void* send, void* recv, size_t bytes_per_rank) {
   HT_REQUIRE(size() == 1, ExitCode::kRuntime, "alltoall is not implemented by this communicator");
   if (send != recv) std::memmove(recv, send, bytes_per_rank);
@@ -145,10 +155,14 @@ class MpiCommunicator final : public Communicator {
     HT_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_));
     HT_MPI_CHECK(MPI_Comm_rank(node_, &local_rank_));
     HT_MPI_CHECK(MPI_Comm_size(node_, &local_size_));
+    HT_MPI_CHECK(MPI_Allreduce(&rank_, &node_leader_, 1, MPI_INT, MPI_MIN, node_));
     // Errors come back as return codes so that every call site can name itself.
     HT_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   }
-  ~MpiCommunicator() override { MPI_Comm_free(&node_); }
+  ~MpiCommunicator() override {
+    MPI_Comm_free(&node_);
+    if (owned_) MPI_Comm_free(&comm_);
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -289,6 +303,46 @@ class MpiCommunicator final : public Communicator {
     return req;
   }
 
+  std::unique_ptr<Request> iallgather(const void* send, void* recv, size_t bytes_per_rank) override {
+    HT_REQUIRE(bytes_per_rank <= kMaxChunk, ExitCode::kRuntime, "iallgather of {} bytes per rank exceeds INT_MAX",
+               bytes_per_rank);
+    const bool in_place = send == static_cast<const char*>(recv) + static_cast<size_t>(rank_) * bytes_per_rank;
+    auto req = std::make_unique<MpiRequest>(rank_);
+    MPI_Request r = MPI_REQUEST_NULL;
+    HT_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(bytes_per_rank), MPI_BYTE, recv,
+                                static_cast<int>(bytes_per_rank), MPI_BYTE, comm_, &r));
+    req->reqs_.push_back(r);
+    bytes_communicated_ += bytes_per_rank;
+    return req;
+  }
+
+  void reduce_scatter(const float* send, float* recv, size_t count) override {
+    HT_REQUIRE(count <= kMaxChunk, ExitCode::kRuntime, "reduce_scatter of {} values per rank exceeds INT_MAX", count);
+    HT_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm_));
+    bytes_communicated_ += count * sizeof(float) * static_cast<size_t>(size_);
+  }
+
+  std::unique_ptr<Request> ireduce_scatter(const float* send, float* recv, size_t count) override {
+    HT_REQUIRE(count <= kMaxChunk, ExitCode::kRuntime, "ireduce_scatter of {} values per rank exceeds INT_MAX", count);
+    auto req = std::make_unique<MpiRequest>(rank_);
+    MPI_Request r = MPI_REQUEST_NULL;
+    HT_MPI_CHECK(
+        MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm_, &r));
+    req->reqs_.push_back(r);
+    bytes_communicated_ += count * sizeof(float) * static_cast<size_t>(size_);
+    return req;
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm sub = MPI_COMM_NULL;
+    HT_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
+    auto out = std::make_unique<MpiCommunicator>(sub);
+    out->owned_ = true;
+    return out;
+  }
+
+  int node_leader() const override { return node_leader_; }
+
   bool cuda_aware() const override {
 #if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
     return MPIX_Query_cuda_support() == 1;
@@ -305,7 +359,8 @@ class MpiCommunicator final : public Communicator {
  private:
   MPI_Comm comm_;
   MPI_Comm node_ = MPI_COMM_NULL;
-  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  bool owned_ = false;  // made by split(): freed with the communicator
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, node_leader_ = 0;
 };
 
 class LocalCommunicator final : public Communicator {
@@ -329,6 +384,11 @@ class LocalCommunicator final : public Communicator {
   void allgather(const void* send, void* recv, size_t bytes_per_rank) override {
     if (send != recv) std::memmove(recv, send, bytes_per_rank);
   }
+  void reduce_scatter(const float* send, float* recv, size_t count) override {
+    std::memmove(recv, send, count * sizeof(float));
+  }
+  std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<LocalCommunicator>(); }
+  int node_leader() const override { return 0; }
   bool cuda_aware() const override { return true; }  // no MPI involved: any pointer is fine
   [[noreturn]] void abort(int exit_code) override { std::_Exit(exit_code); }
 };

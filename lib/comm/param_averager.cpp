@@ -22,17 +22,6 @@ namespace {
 
 constexpr int64_t kMiB = int64_t{1} << 20;
 
-torch::ScalarType scalar_type(ExchangeDType t) {
-  switch (t) {
-    case ExchangeDType::kF32: return torch::kFloat;
-    case ExchangeDType::kBF16: return torch::kBFloat16;
-    case ExchangeDType::kF16: return torch::kHalf;
-  }
-  return torch::kFloat;
-}
-
-size_t exchange_bytes(ExchangeDType t) { return t == ExchangeDType::kF32 ? 4 : 2; }
-
 bool env_forces_staging() {
   const char* v = std::getenv("HPCTRAIN_COMM_FORCE_STAGING");
   return v != nullptr && std::strcmp(v, "0") != 0 && v[0] != '\0';
@@ -51,15 +40,6 @@ void sync_if_cuda(const torch::Tensor& t) {
 }
 
 }  // namespace
-
-std::string to_string(ExchangeDType t) {
-  switch (t) {
-    case ExchangeDType::kF32: return "fp32";
-    case ExchangeDType::kBF16: return "bf16";
-    case ExchangeDType::kF16: return "fp16";
-  }
-  return "?";
-}
 
 std::string to_string(TransferPath p) {
   switch (p) {
@@ -91,27 +71,32 @@ ParamAverager::ParamAverager(Communicator& comm, const std::vector<torch::Tensor
     total_numel_ += t.numel();
   }
   const int64_t world = comm_.size();
-  padded_numel_ = (total_numel_ + world - 1) / world * world;  // 16-bit exchange splits buckets into W chunks
+  // Encoded exchanges split every bucket into W chunks of whole quantization blocks.
+  const int64_t unit = world * elems_multiple(opts_.dtype, opts_.quant_block) * std::max<int64_t>(1, opts_.pad_multiple);
+  padded_numel_ = (total_numel_ + unit - 1) / unit * unit;
 
   const bool staged = opts_.force_staging || env_forces_staging() || (device_.is_cuda() && !comm_.cuda_aware());
   path_ = staged ? TransferPath::kStaged : (device_.is_cuda() ? TransferPath::kCudaAware : TransferPath::kHostDirect);
 
   flat_ = torch::zeros({padded_numel_}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
-  const auto wire_type = scalar_type(opts_.dtype);
-  if (opts_.dtype == ExchangeDType::kF32 && !staged) {
+  const bool f32 = opts_.dtype == ExchangeDType::kF32;
+  const auto wire_elems = static_cast<int64_t>(wire_bytes(opts_.dtype, padded_numel_, opts_.quant_block));
+  if (f32 && !staged) {
     wire_ = flat_;
+  } else if (f32) {
+    wire_ = host_buffer(padded_numel_, torch::kFloat);
   } else {
-    wire_ = staged ? host_buffer(padded_numel_, wire_type)
-                   : torch::zeros({padded_numel_}, torch::TensorOptions().dtype(wire_type).device(device_));
+    wire_ = staged ? host_buffer(wire_elems, torch::kUInt8)
+                   : torch::zeros({wire_elems}, torch::TensorOptions().dtype(torch::kUInt8).device(device_));
+    recv_ = torch::empty_like(wire_);
   }
-  if (opts_.dtype != ExchangeDType::kF32)
-    recv_ = staged ? host_buffer(padded_numel_, wire_type) : torch::empty_like(wire_);
 
-  const int64_t bucket_elems = opts_.bucket_mb <= 0
-      ? padded_numel_
-      : std::max(world, opts_.bucket_mb * kMiB / static_cast<int64_t>(exchange_bytes(opts_.dtype)) / world * world);
+  const int64_t wanted = opts_.bucket_mb * kMiB * padded_numel_ / std::max<int64_t>(1, wire_elems);
+  const int64_t bucket_elems =
+      opts_.bucket_mb <= 0 ? padded_numel_ : std::max(unit, (f32 ? opts_.bucket_mb * kMiB / 4 : wanted) / unit * unit);
   for (int64_t b = 0; b < padded_numel_; b += bucket_elems)
     buckets_.push_back({b, std::min(bucket_elems, padded_numel_ - b)});
+  if (!f32) rows_ = torch::empty({world, buckets_.front().count / world}, flat_.options());
 
   HT_INFO("comm: averaging {} = {} tensors, {} elements, {:.2f} MiB per exchange in {}, {} bucket(s), {}",
           opts_.name, like.size(), total_numel_, static_cast<double>(bytes_per_call()) / kMiB, to_string(opts_.dtype),
@@ -120,9 +105,7 @@ ParamAverager::ParamAverager(Communicator& comm, const std::vector<torch::Tensor
 
 ParamAverager::~ParamAverager() = default;
 
-uint64_t ParamAverager::bytes_per_call() const {
-  return static_cast<uint64_t>(padded_numel_) * exchange_bytes(opts_.dtype);
-}
+uint64_t ParamAverager::bytes_per_call() const { return wire_bytes(opts_.dtype, padded_numel_, opts_.quant_block); }
 
 torch::Tensor ParamAverager::slice(const torch::Tensor& buf, size_t i) const {
   return buf.narrow(0, offsets_[i], numels_[i]);
@@ -180,35 +163,94 @@ void ParamAverager::unpack(const std::vector<torch::Tensor>& tensors, const torc
   }
 }
 
-void* ParamAverager::wire_ptr(int64_t elem_offset) const {
-  return static_cast<char*>(wire_.data_ptr()) + elem_offset * static_cast<int64_t>(wire_.element_size());
+namespace {
+
+// Each tensor's overlap with [begin, end): (tensor index, offset in the tensor, offset in the range, count).
+template <typename Fn>
+void for_each_overlap(const std::vector<int64_t>& offsets, const std::vector<int64_t>& numels, int64_t begin,
+                      int64_t end, Fn fn) {
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    const int64_t a = std::max(begin, offsets[i]), b = std::min(end, offsets[i] + numels[i]);
+    if (a < b) fn(i, a - offsets[i], a - begin, b - a);
+  }
 }
 
+}  // namespace
+
+void ParamAverager::pack_range(const std::vector<torch::Tensor>& tensors, int64_t begin, int64_t end) {
+  torch::NoGradGuard no_grad;
+  for_each_overlap(offsets_, numels_, begin, end, [&](size_t i, int64_t at, int64_t, int64_t n) {
+    if (!is_bound(tensors[i], i)) flat_.narrow(0, offsets_[i] + at, n).copy_(tensors[i].reshape({-1}).narrow(0, at, n));
+  });
+}
+
+void ParamAverager::unpack_range(const std::vector<torch::Tensor>& tensors, int64_t begin, int64_t end,
+                                 const torch::Tensor& source, bool add) {
+  torch::NoGradGuard no_grad;
+  for_each_overlap(offsets_, numels_, begin, end, [&](size_t i, int64_t at, int64_t from, int64_t n) {
+    auto dst = is_bound(tensors[i], i) ? flat_.narrow(0, offsets_[i] + at, n) : tensors[i].view({-1}).narrow(0, at, n);
+    const auto src = source.narrow(0, from, n);
+    if (add)
+      dst.add_(src);
+    else if (src.data_ptr() != dst.data_ptr())
+      dst.copy_(src);
+  });
+}
+
+torch::Tensor ParamAverager::wire_slice(const torch::Tensor& wire, int64_t begin, int64_t count) const {
+  const auto from = static_cast<int64_t>(wire_bytes(opts_.dtype, begin, opts_.quant_block));
+  const auto bytes = static_cast<int64_t>(wire_bytes(opts_.dtype, count, opts_.quant_block));
+  return wire.narrow(0, from, bytes);
+}
+
+// Encodes each bucket's W chunks (fp32 goes as it is: the staging copy, or nothing).
 void ParamAverager::copy_to_wire() {
-  if (!wire_.is_same(flat_)) wire_.copy_(flat_);  // dtype conversion and/or device -> host
   sync_if_cuda(flat_);
+  if (wire_.is_same(flat_)) return;
+  if (path_ == TransferPath::kStaged) ++staged_transfers_;
+  if (opts_.dtype == ExchangeDType::kF32) {
+    wire_.copy_(flat_);  // device -> host
+    return;
+  }
+  const int64_t world = comm_.size();
+  for (const auto& b : buckets_) {
+    const int64_t per = b.count / world;
+    for (int64_t j = 0; j < world; ++j)
+      encode(flat_.narrow(0, b.begin + j * per, per), opts_.dtype, opts_.quant_block,
+             wire_slice(wire_, b.begin + j * per, per));
+  }
+  sync_if_cuda(wire_);
 }
 
-// fp32 exchange leaves the sum (scale pending); the 16-bit exchange already scaled in fp32 before rounding.
+// fp32 exchange leaves the sum (scale pending); an encoded exchange already scaled in fp32 before encoding.
 double ParamAverager::pending_scale() const {
   return opts_.dtype == ExchangeDType::kF32 && comm_.size() > 1 ? 1.0 / comm_.size() : 1.0;
 }
 
 void ParamAverager::copy_from_wire(bool scale) {
-  if (!wire_.is_same(flat_)) flat_.copy_(wire_);
+  if (!wire_.is_same(flat_)) {
+    if (opts_.dtype == ExchangeDType::kF32)
+      flat_.copy_(wire_);
+    else
+      decode(wire_, opts_.dtype, opts_.quant_block, flat_);  // every chunk holds its encoded mean
+  }
   if (scale && pending_scale() != 1.0) flat_.mul_(pending_scale());
 }
 
-// Reduce-scatter half of a 16-bit bucket is in recv_: row j came from rank j. Sum the rows in
-// fp32 (fixed order), scale, round once into this rank's chunk, then allgather the chunks.
-void ParamAverager::finish_16bit_bucket(const Bucket& b) {
+// The reduce-scatter half of an encoded bucket is in recv_: chunk j came from rank j. Decode the
+// rows, sum them in fp32 in rank order, scale, encode the mean once into this rank's chunk, then
+// allgather the chunks. Every rank decodes the same bytes afterwards: the replicas agree bitwise.
+void ParamAverager::finish_coded_bucket(const Bucket& b) {
   const int64_t world = comm_.size(), per = b.count / world;
-  auto rows = recv_.narrow(0, b.begin, b.count).view({world, per});
-  auto mean = rows.sum(0, false, torch::kFloat).mul_(1.0 / world);
+  auto rows = rows_.narrow(1, 0, per);
+  for (int64_t j = 0; j < world; ++j)
+    decode(wire_slice(recv_, b.begin + j * per, per), opts_.dtype, opts_.quant_block, rows[j]);
+  auto mean = rows.sum(0).mul_(1.0 / static_cast<double>(world));
   const int64_t mine = b.begin + comm_.rank() * per;
-  wire_.narrow(0, mine, per).copy_(mean);
+  encode(mean, opts_.dtype, opts_.quant_block, wire_slice(wire_, mine, per));
   sync_if_cuda(wire_);
-  comm_.allgather(wire_ptr(mine), wire_ptr(b.begin), static_cast<size_t>(per) * 2);
+  const auto chunk = wire_slice(wire_, mine, per);
+  comm_.allgather(chunk.data_ptr(), wire_slice(wire_, b.begin, b.count).data_ptr(), static_cast<size_t>(chunk.numel()));
 }
 
 void ParamAverager::launch(bool blocking) {
@@ -216,20 +258,22 @@ void ParamAverager::launch(bool blocking) {
   const bool f32 = opts_.dtype == ExchangeDType::kF32;
   for (const auto& b : buckets_) {
     if (f32) {
+      void* p = static_cast<float*>(wire_.data_ptr()) + b.begin;
       if (blocking)
-        comm_.allreduce(wire_ptr(b.begin), static_cast<size_t>(b.count), DType::kF32, ReduceOp::kSum);
+        comm_.allreduce(p, static_cast<size_t>(b.count), DType::kF32, ReduceOp::kSum);
       else
-        requests_.push_back(comm_.iallreduce(wire_ptr(b.begin), static_cast<size_t>(b.count), DType::kF32,
-                                             ReduceOp::kSum));
+        requests_.push_back(comm_.iallreduce(p, static_cast<size_t>(b.count), DType::kF32, ReduceOp::kSum));
       continue;
     }
-    const size_t per_rank_bytes = static_cast<size_t>(b.count / comm_.size()) * 2;
-    void* recv = static_cast<char*>(recv_.data_ptr()) + b.begin * 2;
+    const int64_t per = b.count / comm_.size();
+    const auto chunk_bytes = static_cast<size_t>(wire_bytes(opts_.dtype, per, opts_.quant_block));
+    void* send = wire_slice(wire_, b.begin, b.count).data_ptr();
+    void* recv = wire_slice(recv_, b.begin, b.count).data_ptr();
     if (blocking) {
-      comm_.alltoall(wire_ptr(b.begin), recv, per_rank_bytes);
-      finish_16bit_bucket(b);
+      comm_.alltoall(send, recv, chunk_bytes);
+      finish_coded_bucket(b);
     } else {
-      requests_.push_back(comm_.ialltoall(wire_ptr(b.begin), recv, per_rank_bytes));
+      requests_.push_back(comm_.ialltoall(send, recv, chunk_bytes));
     }
   }
 }
@@ -259,7 +303,7 @@ void ParamAverager::wait_mean() {
     if (r) r->wait();
   requests_.clear();
   if (opts_.dtype != ExchangeDType::kF32)
-    for (const auto& b : buckets_) finish_16bit_bucket(b);
+    for (const auto& b : buckets_) finish_coded_bucket(b);
   copy_from_wire(true);
 }
 

@@ -1,7 +1,8 @@
 // Fused averaging of a fixed set of tensors across ranks (parameters, gradients, optimizer
 // moments): flatten into one fp32 buffer allocated once, average with one in-place collective
-// per bucket (sum, then scale by 1/W), copy back. Exchange in fp32, or in bf16/fp16 with fp32
-// accumulation (reduce-scatter through alltoall, fp32 sum, one rounding, allgather).
+// per bucket (sum, then scale by 1/W), copy back. Exchange in fp32, or encoded (comm/exchange.h:
+// bf16/fp16, int8/int4 with per-block scales) with fp32 accumulation: a reduce-scatter through
+// alltoall of the encoded chunks, an fp32 sum in rank order, the mean encoded once, an allgather.
 // GPU-aware: CUDA tensors go straight to a CUDA-aware MPI, else through a pinned host buffer.
 // Also: replica checksums (post-sync consistency check) and broadcast of tensors from a root.
 #pragma once
@@ -13,11 +14,9 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/exchange.h"
 
 namespace ht::comm {
-
-enum class ExchangeDType { kF32, kBF16, kF16 };
-std::string to_string(ExchangeDType t);
 
 // How buffers reach MPI: host memory directly, device memory to a CUDA-aware MPI, or a copy
 // through a (pinned, when CUDA is available) host staging buffer.
@@ -32,6 +31,8 @@ struct AveragerOptions {
   int64_t bucket_mb = 0;      // 0 = one bucket holding everything
   bool force_staging = false; // go through the host staging buffer even when not needed (tests)
   std::string name = "params";  // for log lines
+  int64_t quant_block = 64;   // int8/int4: values per fp32 scale
+  int64_t pad_multiple = 1;   // the flat buffer's length is also a multiple of this (fragments x group slices)
 };
 
 class ParamAverager {
@@ -65,12 +66,21 @@ class ParamAverager {
   void pack(const std::vector<torch::Tensor>& tensors);
   // tensors := source (default flat()) slices; add=true: tensors += slices.
   void unpack(const std::vector<torch::Tensor>& tensors, const torch::Tensor& source = {}, bool add = false);
+  // The same for the elements [begin, end) of the flat layout only (the parts of the tensors that
+  // fall there): pack copies them into flat(); unpack writes source (end - begin values, the
+  // range's own buffer) into the tensors, or adds it.
+  void pack_range(const std::vector<torch::Tensor>& tensors, int64_t begin, int64_t end);
+  void unpack_range(const std::vector<torch::Tensor>& tensors, int64_t begin, int64_t end, const torch::Tensor& source,
+                    bool add);
+  int64_t padded_numel() const { return padded_numel_; }
   void allreduce_mean();  // flat() := mean over ranks, blocking
   void start_mean();      // begins flat() := mean; flat() must not be touched until wait_mean()
   bool test_mean();       // drives progress of a started mean; true when the exchange is done
   void wait_mean();
   bool pending() const { return !requests_.empty(); }
 
+  // Times the staging buffer carried an exchange (telemetry: proves the staged path ran).
+  int64_t staged_transfers() const { return staged_transfers_; }
   // Narrow flat-buffer slice of tensor i (a view).
   torch::Tensor slice(const torch::Tensor& buf, size_t i) const;
   int64_t numel() const { return total_numel_; }
@@ -84,8 +94,9 @@ class ParamAverager {
   void copy_from_wire(bool scale);
   double pending_scale() const;
   void launch(bool blocking);
-  void finish_16bit_bucket(const Bucket& b);
-  void* wire_ptr(int64_t elem_offset) const;
+  void finish_coded_bucket(const Bucket& b);
+  // The wire bytes of the elements [begin, begin + count) (begin and count multiples of the chunk unit).
+  torch::Tensor wire_slice(const torch::Tensor& wire, int64_t begin, int64_t count) const;
 
   Communicator& comm_;
   AveragerOptions opts_;
@@ -94,10 +105,12 @@ class ParamAverager {
   torch::Device device_{torch::kCPU};
   TransferPath path_ = TransferPath::kHostDirect;
   torch::Tensor flat_;   // fp32, device
-  torch::Tensor wire_;   // what MPI sees: exchange dtype, host when staged (== flat_ for direct fp32)
-  torch::Tensor recv_;   // 16-bit only: alltoall receive buffer (same shape as wire_)
+  torch::Tensor wire_;   // what MPI sees: fp32 (== flat_ when direct), else the encoded bytes (uint8); host when staged
+  torch::Tensor recv_;   // encoded exchanges only: alltoall receive buffer (same shape as wire_)
+  torch::Tensor rows_;   // encoded exchanges only: the decoded [W, chunk] rows of one bucket (fp32, device)
   std::vector<Bucket> buckets_;
   std::vector<std::unique_ptr<Request>> requests_;
+  int64_t staged_transfers_ = 0;
 };
 
 // 64-bit checksum of the tensors' bits: per tensor the int64 sum of its raw bit patterns and its

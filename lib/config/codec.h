@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "config/config.h"
+#include "config/path_list.h"
 #include "config/enum_names.h"
 #include "core/error.h"
 
@@ -122,6 +123,32 @@ struct Codec<std::string> {
     std::ostringstream out;
     out << toml::value<std::string>(v);
     return out.str();
+  }
+};
+
+// A list of paths (data.path): a TOML array of strings, or one string that may list several
+// entries separated by ',' (what --set takes: data.path=a.h5,b.h5). Printed as a TOML array.
+template <>
+struct Codec<std::vector<std::string>> {
+  static const char* type() { return "path | glob | [paths]"; }
+  static std::vector<std::string> from_toml(const std::string& key, const toml::node& n) {
+    if (!n.is_array()) return from_text(key, Codec<std::string>::from_toml(key, n));
+    std::vector<std::string> out;
+    for (const auto& e : *n.as_array()) {
+      auto one = from_text(key, Codec<std::string>::from_toml(key, e));
+      if (one.size() != 1) bad(key, "each entry of the array must be one path or glob");
+      out.push_back(one.front());
+    }
+    return out;
+  }
+  static std::vector<std::string> from_text(const std::string& key, const std::string& s) {
+    require_plain_text(key, s);
+    return split_path_list(key, s);
+  }
+  static std::string literal(const std::vector<std::string>& v) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + Codec<std::string>::literal(v[i]);
+    return out + "]";
   }
 };
 

@@ -10,7 +10,6 @@
 #include <type_traits>
 
 #include "config/codec.h"
-#include "config/path_list.h"
 #include "core/error.h"
 
 namespace ht::config {
@@ -45,18 +44,6 @@ Key make_key(std::string name, Section Config::*section, T Section::*field, std:
   return k;
 }
 
-// A string key that also takes a TOML array of strings (a list of paths, see path_list.h).
-Key path_list_key(Key k) {
-  k.type = "path | glob | [paths]";
-  k.set_toml = [name = k.name, text = k.set_text](Config& c, const toml::node& n) {
-    if (!n.is_array()) return text(c, Codec<std::string>::from_toml(name, n));
-    std::vector<std::string> entries;
-    for (const auto& e : *n.as_array()) entries.push_back(Codec<std::string>::from_toml(name, e));
-    text(c, join_path_list(name, entries));
-  };
-  return k;
-}
-
 #define HT_KEY(sec, field, help) make_key(#sec "." #field, &Config::sec, &decltype(Config::sec)::field, help)
 
 const std::vector<Key>& keys() {
@@ -74,9 +61,10 @@ const std::vector<Key>& keys() {
       HT_KEY(model, init_from,
              "start from these weights (fresh optimizer, step 0): a Hugging Face GPT-2 directory (config.json + "
              "model.safetensors) or an hpctrain checkpoint; skipped when the run resumes; empty = random init"),
-      path_list_key(HT_KEY(data, path,
-                           "HDF5 dataset file(s) from `hpctrain prepare`: a path, a glob (data/part-*.h5), or a list "
-                           "of shards (TOML array, or ',' between paths); shards are read in sorted path order")),
+      make_key("data.path", &Config::data, &DataConfig::paths,
+               "HDF5 dataset file(s) from `hpctrain prepare`: a path, a glob (data/part-*.h5), or a list of shards "
+               "(TOML array, or ',' between paths); shards are read in sorted path order; the resolved config "
+               "stores the files it matched"),
       HT_KEY(data, shuffle, "shuffle samples each epoch (deterministic from seed, epoch)"),
       HT_KEY(data, seed, "sampler seed"),
       HT_KEY(data, prefetch_batches, "batches read ahead on a background thread"),
@@ -89,7 +77,10 @@ const std::vector<Key>& keys() {
       HT_KEY(train, min_lr, "final learning rate of cosine/linear decay"),
       HT_KEY(train, warmup_steps, "linear warmup steps"),
       HT_KEY(train, lr_schedule, "decay after warmup"),
-      HT_KEY(train, weight_decay, "AdamW decoupled weight decay (not on norms, biases, embeddings)"),
+      HT_KEY(train, optimizer, "the optimizer: AdamW, or SGD with momentum (train.momentum)"),
+      HT_KEY(train, weight_decay,
+             "weight decay on matmul weights (not on norms, biases, embeddings): decoupled for AdamW, L2 for SGD"),
+      HT_KEY(train, momentum, "SGD momentum (train.optimizer = sgd)"),
       HT_KEY(train, beta1, "AdamW beta1"),
       HT_KEY(train, beta2, "AdamW beta2"),
       HT_KEY(train, eps, "AdamW epsilon"),
@@ -102,6 +93,9 @@ const std::vector<Key>& keys() {
       HT_KEY(train, autocast_emulated, "allow train.autocast = bf16 on a CPU without native bf16 (emulated, slow)"),
       HT_KEY(train, optimizer_impl,
              "AdamW kernel: fused (one kernel over all tensors), foreach, plain (per tensor); auto = fused"),
+      HT_KEY(train, shard_optimizer,
+             "ZeRO-1: gradients reduce-scattered, each rank updates its 1/W of the parameters with its 1/W of the "
+             "optimizer state, parameters all-gathered (per-step data parallel, local_sgd.enabled = false)"),
       HT_KEY(train, threads, "intra-op threads per rank; 0 = cores / ranks on the node"),
       HT_KEY(train, nan_policy, "what a NaN/inf loss does: stop the run or skip the step"),
       HT_KEY(train, peak_flops, "peak FLOP/s per rank for MFU; 0 = measure with a matmul at start"),
@@ -136,7 +130,16 @@ const std::vector<Key>& keys() {
       HT_KEY(local_sgd, outer_lr, "DiLoCo outer learning rate"),
       HT_KEY(local_sgd, outer_momentum, "DiLoCo outer momentum"),
       HT_KEY(local_sgd, nesterov, "DiLoCo Nesterov momentum"),
-      HT_KEY(local_sgd, comm_dtype, "exchange precision (fp32 accumulation)"),
+      HT_KEY(local_sgd, comm_dtype,
+             "exchange precision (fp32 accumulation); int8/int4 quantize the change since the last exchange "
+             "with one fp32 scale per local_sgd.quant_block elements"),
+      HT_KEY(local_sgd, quant_block, "int8/int4 exchange: elements per fp32 scale"),
+      HT_KEY(local_sgd, fragments,
+             "streaming: split the parameters into F fragments of whole blocks; fragment f is exchanged at step "
+             "f x steps / F of each cycle, so the link carries one fragment at a time"),
+      HT_KEY(local_sgd, group_size,
+             "hierarchical: ranks per group (consecutive ranks) that average gradients every step; local SGD "
+             "runs across groups; 0 = the ranks of one node; 1 = flat"),
       HT_KEY(local_sgd, overlap_steps, "apply a non-blocking average this many steps later; 0 = blocking"),
       HT_KEY(local_sgd, bucket_mb, "bucket size in MiB; 0 = one fused buffer (overlapped gradient all-reduce: 1 MiB)"),
       HT_KEY(local_sgd, overlap_grad_allreduce,

@@ -22,7 +22,8 @@ enum class EvalStrategy { kSteps, kEpoch, kNo };
 enum class RecomputePolicy { kNone, kFull, kEveryK, kSelective };
 enum class OptimizerState { kLocal, kAverage };
 enum class OuterOptimizer { kAverage, kDiloco };
-enum class ExchangeDtype { kFp32, kBf16, kFp16 };
+enum class ExchangeDtype { kFp32, kBf16, kFp16, kInt8, kInt4 };
+enum class OptimizerKind { kAdamw, kSgd };
 enum class OptimizerImpl { kAuto, kFused, kForeach, kPlain };
 // A metric that evaluation logs (metrics.jsonl names), for the best checkpoint and early stopping.
 enum class EvalMetric { kEvalLoss, kEvalAccuracy, kEvalF1, kEvalPerplexity };
@@ -58,7 +59,10 @@ HT_ENUM_NAMES(ht::config::OptimizerState, {ht::config::OptimizerState::kLocal, "
 HT_ENUM_NAMES(ht::config::OuterOptimizer, {ht::config::OuterOptimizer::kAverage, "average"},
               {ht::config::OuterOptimizer::kDiloco, "diloco"})
 HT_ENUM_NAMES(ht::config::ExchangeDtype, {ht::config::ExchangeDtype::kFp32, "fp32"},
-              {ht::config::ExchangeDtype::kBf16, "bf16"}, {ht::config::ExchangeDtype::kFp16, "fp16"})
+              {ht::config::ExchangeDtype::kBf16, "bf16"}, {ht::config::ExchangeDtype::kFp16, "fp16"},
+              {ht::config::ExchangeDtype::kInt8, "int8"}, {ht::config::ExchangeDtype::kInt4, "int4"})
+HT_ENUM_NAMES(ht::config::OptimizerKind, {ht::config::OptimizerKind::kAdamw, "adamw"},
+              {ht::config::OptimizerKind::kSgd, "sgd"})
 HT_ENUM_NAMES(ht::config::OptimizerImpl, {ht::config::OptimizerImpl::kAuto, "auto"},
               {ht::config::OptimizerImpl::kFused, "fused"}, {ht::config::OptimizerImpl::kForeach, "foreach"},
               {ht::config::OptimizerImpl::kPlain, "plain"})
@@ -87,7 +91,7 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string path;          // HDF5 dataset file written by `hpctrain prepare`
+  std::vector<std::string> paths;  // data.path: HDF5 dataset files (shards) or globs from `hpctrain prepare`
   bool shuffle = true;
   int64_t seed = 1234;
   int64_t prefetch_batches = 4;  // bounded queue depth of the background reader
@@ -112,7 +116,10 @@ struct TrainConfig {
   Device device = Device::kAuto;
   Autocast autocast = Autocast::kNone;
   bool autocast_emulated = false;  // allow bf16 autocast on a CPU without native bf16 (slow)
+  OptimizerKind optimizer = OptimizerKind::kAdamw;
+  double momentum = 0.9;          // SGD momentum
   OptimizerImpl optimizer_impl = OptimizerImpl::kAuto;
+  bool shard_optimizer = false;   // ZeRO-1: each rank keeps and updates 1/W of the optimizer state
   int64_t threads = 0;            // intra-op threads per rank; 0 = cores / ranks on the node
   NanPolicy nan_policy = NanPolicy::kStop;
   double peak_flops = 0;          // FLOP/s per rank for MFU; 0 = measured at start
@@ -150,6 +157,9 @@ struct LocalSgdConfig {
   double outer_momentum = 0.9;
   bool nesterov = true;
   ExchangeDtype comm_dtype = ExchangeDtype::kFp32;
+  int64_t quant_block = 64;         // int8/int4: elements per fp32 scale
+  int64_t fragments = 1;            // streaming: parameters in F fragments of whole blocks, each exchanged at its own step
+  int64_t group_size = 1;           // hierarchical: ranks per group averaging gradients every step; 0 = ranks of one node
   int64_t overlap_steps = 0;        // apply a non-blocking average k steps later; 0 = blocking
   int64_t bucket_mb = 0;            // 0 = one fused buffer (the overlapped gradient all-reduce: 1 MiB)
   bool overlap_grad_allreduce = false;  // per-step gradients: buckets start during backward (train/grad_overlap.h)

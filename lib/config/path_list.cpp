@@ -27,15 +27,4 @@ std::vector<std::string> split_path_list(const std::string& key, const std::stri
   }
 }
 
-std::string join_path_list(const std::string& key, const std::vector<std::string>& entries) {
-  std::string out;
-  for (const auto& e : entries) {
-    HT_REQUIRE(!trimmed(e).empty() && e.find(kPathListSeparator) == std::string::npos, ExitCode::kUsage,
-               "config key '{}': list entry '{}' is empty or contains '{}' (a path list cannot hold such a path)",
-               key, e, kPathListSeparator);
-    out += (out.empty() ? "" : std::string(1, kPathListSeparator)) + e;
-  }
-  return out;
-}
-
 }  // namespace ht::config

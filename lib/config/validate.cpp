@@ -72,6 +72,30 @@ void check_evaluation_use(const Config& c) {
                                   "eval_accuracy or eval_f1");
 }
 
+// The data-parallel keys that need no world size (those that do: train/data_parallel/check.h).
+void check_data_parallel(const Config& c) {
+  const LocalSgdConfig& l = c.local_sgd;
+  if (c.train.shard_optimizer && l.enabled)
+    bad("train.shard_optimizer", "shards the optimizer state of the per-step data-parallel mode; it does not apply "
+                                 "with local_sgd.enabled = true (each replica keeps its own optimizer state there)");
+  if (l.quant_block < 2 || l.quant_block > 65536) bad("local_sgd.quant_block", "must be in [2, 65536]");
+  if (l.comm_dtype == ExchangeDtype::kInt4 && l.quant_block % 2 != 0)
+    bad("local_sgd.quant_block", fmt::format("{} is odd, but local_sgd.comm_dtype = int4 packs two values per byte: "
+                                             "the block must be even", l.quant_block));
+  if (l.fragments < 1) bad("local_sgd.fragments", "must be >= 1");
+  if (l.fragments > c.model.n_layer)
+    bad("local_sgd.fragments", fmt::format("{} fragments of whole blocks need at least as many blocks, but "
+                                           "model.n_layer = {}", l.fragments, c.model.n_layer));
+  if (l.steps % l.fragments != 0)
+    bad("local_sgd.fragments", fmt::format("{} fragments do not divide local_sgd.steps = {}: each fragment needs "
+                                           "its own step of the cycle", l.fragments, l.steps));
+  if (l.fragments > 1 && l.overlap_steps > 0 && l.overlap_steps >= l.steps / l.fragments)
+    bad("local_sgd.overlap_steps", fmt::format("{} must be smaller than local_sgd.steps / local_sgd.fragments = {} "
+                                               "(a fragment's exchange must land before the next one starts)",
+                                               l.overlap_steps, l.steps / l.fragments));
+  if (l.group_size < 0) bad("local_sgd.group_size", "must be >= 0 (0 = the ranks of one node, 1 = flat)");
+}
+
 }  // namespace
 
 void validate(const Config& c) {
@@ -102,6 +126,7 @@ void validate(const Config& c) {
   if (!(c.train.beta1 >= 0 && c.train.beta1 < 1)) bad("train.beta1", "must be in [0, 1)");
   if (!(c.train.beta2 >= 0 && c.train.beta2 < 1)) bad("train.beta2", "must be in [0, 1)");
   if (!(c.train.eps > 0)) bad("train.eps", "must be > 0");
+  if (!(c.train.momentum >= 0 && c.train.momentum < 1)) bad("train.momentum", "must be in [0, 1)");
   if (!(c.train.grad_clip >= 0)) bad("train.grad_clip", "must be >= 0");
   if (c.train.threads < 0) bad("train.threads", "must be >= 0");
   if (!(c.train.peak_flops >= 0)) bad("train.peak_flops", "must be >= 0");
@@ -132,6 +157,7 @@ void validate(const Config& c) {
   if (c.local_sgd.overlap_steps >= c.local_sgd.steps && c.local_sgd.overlap_steps > 0)
     bad("local_sgd.overlap_steps", "must be smaller than local_sgd.steps");
   if (c.local_sgd.bucket_mb < 0) bad("local_sgd.bucket_mb", "must be >= 0");
+  check_data_parallel(c);
   if (c.checkpoint.every_steps < 0) bad("checkpoint.every_steps", "must be >= 0");
   if (c.checkpoint.keep < 2) bad("checkpoint.keep", "must be >= 2 so a damaged newest file has a fallback");
   if (c.log.every_steps < 1) bad("log.every_steps", "must be >= 1");

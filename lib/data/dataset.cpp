@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/hash.h"
 
 namespace ht::data {
@@ -80,6 +81,12 @@ std::unique_ptr<RowReader> Dataset::reader(const std::string& dataset, size_t ca
   return std::make_unique<RowReader>(std::move(parts), shared_from_this());
 }
 
+std::vector<std::string> Dataset::paths() const {
+  std::vector<std::string> out;
+  for (const auto& f : files_) out.push_back(f->path());
+  return out;
+}
+
 std::string Dataset::identity() const {
   if (files_.size() == 1) return files_.front()->identity();
   uint64_t h = kFnvOffset;
@@ -118,6 +125,23 @@ std::shared_ptr<const Dataset> open_dataset(const std::vector<std::string>& entr
   HT_REQUIRE(!entries.empty(), ExitCode::kUsage, "config key '{}' is empty: point it at a dataset file", key);
   const auto paths = expand_shard_paths(entries, key);
   return paths.size() == 1 ? Dataset::open(paths.front()) : Dataset::open_shards(paths, key);
+}
+
+namespace {
+
+// fs::absolute_path resolves an existing file; a glob pattern only gets the working directory in front.
+std::string absolute_entry(const std::string& entry) {
+  if (entry.find_first_of("*?[") == std::string::npos) return fs::absolute_path(entry);
+  if (entry.front() == '/') return entry;
+  return fs::absolute_path(".") + "/" + entry;
+}
+
+}  // namespace
+
+std::shared_ptr<const Dataset> open(const config::DataConfig& cfg, const std::string& key) {
+  std::vector<std::string> entries;
+  for (const auto& e : cfg.paths) entries.push_back(absolute_entry(e));
+  return open_dataset(entries, key);
 }
 
 }  // namespace ht::data

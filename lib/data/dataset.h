@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
 #include "data/dataset_file.h"
 #include "data/row_reader.h"
 #include "data/tokenizer.h"
@@ -29,6 +30,8 @@ class Dataset : public std::enable_shared_from_this<Dataset> {
   // The whole dataset: path = the shard paths joined by ','; token and row counts summed.
   const DatasetMeta& meta() const { return meta_; }
   const std::string& path() const { return meta_.path; }
+  // The files, in shard order (absolute when opened through open(DataConfig)).
+  std::vector<std::string> paths() const;
   int64_t num_shards() const { return static_cast<int64_t>(files_.size()); }
   const DatasetFile& shard(int64_t i) const { return *files_.at(static_cast<size_t>(i)); }
   // The first shard's HDF5 file: main thread only (Debian's HDF5 is not thread-safe).
@@ -54,6 +57,11 @@ std::vector<std::string> expand_shard_paths(const std::vector<std::string>& entr
 
 // expand_shard_paths, then Dataset::open (one file) or Dataset::open_shards.
 std::shared_ptr<const Dataset> open_dataset(const std::vector<std::string>& entries, const std::string& key);
+
+// The one way a run opens its data: data.path's entries made absolute (so the order of shards and
+// a checkpoint's stored list do not depend on the working directory), then open_dataset. `key`
+// names the source in messages ("data.path", or a command-line option that replaced it).
+std::shared_ptr<const Dataset> open(const config::DataConfig& cfg, const std::string& key = "data.path");
 
 // Human-readable layout + counts + checksum verification of every chunk (`hpctrain inspect`).
 std::string describe(const Dataset& data);

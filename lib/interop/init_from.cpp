@@ -43,17 +43,17 @@ void init_from_checkpoint(model::GptImpl& gpt, const std::string& path, const st
   const bool head = gpt.cls_head && theirs.num_labels == ours.num_labels;
   if (!head) {
     for (auto it = snap.tensors.begin(); it != snap.tensors.end();)
-      it = it->first.rfind("model/cls_head.", 0) == 0 ? snap.tensors.erase(it) : std::next(it);
+      it = it->first.rfind(checkpoint::kParamPrefix + "cls_head.", 0) == 0 ? snap.tensors.erase(it) : std::next(it);
     if (gpt.cls_head || theirs.num_labels > 0)
       HT_INFO("{}: classification head not taken ({} labels there, {} here); it keeps its random init", what,
               theirs.num_labels, ours.num_labels);
   }
-  checkpoint::Expectation want;
-  for (const auto& p : gpt.named_parameters())
-    if (head || p.key().rfind("cls_head.", 0) != 0) want.params[p.key()] = p.value();
-  for (const auto& b : gpt.named_buffers()) want.buffers[b.key()] = b.value();
+  checkpoint::Expectation want = checkpoint::expectation_of(gpt);
+  if (!head)
+    for (auto it = want.params.begin(); it != want.params.end();)
+      it = it->first.rfind("cls_head.", 0) == 0 ? want.params.erase(it) : std::next(it);
   checkpoint::check_compatible(snap, want);
-  copy_model_tensors(snap, gpt, head ? "" : "cls_head.");
+  checkpoint::load_model(snap, gpt, head ? "" : "cls_head.");
 }
 
 }  // namespace

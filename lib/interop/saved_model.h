@@ -25,11 +25,6 @@ struct SavedModel {
 // model its config describes.
 SavedModel load_saved_model(const std::string& checkpoint_path);
 
-// Copies the snapshot's model/ (and model_buffers/) tensors into gpt after
-// checkpoint::check_compatible has accepted them; `skip_prefix` names parameters left as they are
-// (e.g. "cls_head." when the file has no classification head).
-void copy_model_tensors(const checkpoint::Snapshot& snap, model::GptImpl& gpt, const std::string& skip_prefix = "");
-
 // The tokenizer of the dataset at data_path ("" = the config's data.path). Refused (kData, naming
 // the file) when that file is missing or holds other data than the model was trained on: its
 // tokenizer could then encode differently.

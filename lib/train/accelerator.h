@@ -1,6 +1,7 @@
 // Building blocks for hand-written loops (the Accelerate level): gradient accumulation as a
 // scope, loss scaling in backward(), and whether this micro-step completes an optimizer step.
-// Used with make_adamw / LrSchedule / clip_grad_norm (train/optim.h) and the LocalSgd scope.
+// Used with LrSchedule (train/optimizer/schedule.h) and a data-parallel strategy
+// (train/data_parallel/data_parallel.h), which owns the optimizer.
 #pragma once
 #include <torch/torch.h>
 

@@ -103,13 +103,8 @@ EvalResult evaluate_checkpoint(const RunSetup& setup, const std::string& checkpo
   const checkpoint::Snapshot snap = manager.load(checkpoint_path);
   std::unique_ptr<data::EvalReader> reader;
   comm::run_agreed(comm, [&] {  // the same snapshot and model on every rank: one message per job
-    checkpoint::Expectation want;
-    for (const auto& p : gpt->named_parameters()) want.params[p.key()] = p.value();
-    for (const auto& b : gpt->named_buffers()) want.buffers[b.key()] = b.value();
-    checkpoint::check_compatible(snap, want);
-    torch::NoGradGuard no_grad;
-    for (auto& p : gpt->named_parameters()) p.value().copy_(snap.tensors.at("model/" + p.key()));
-    for (auto& b : gpt->named_buffers()) b.value().copy_(snap.tensors.at("model_buffers/" + b.key()));
+    checkpoint::check_compatible(snap, checkpoint::expectation_of(*gpt));
+    checkpoint::load_model(snap, *gpt);
     reader = make_eval_reader(cfg, setup.data, comm);
   });
   gpt->to(device);

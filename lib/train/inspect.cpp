@@ -3,6 +3,7 @@
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "model/gpt.h"
+#include "train/optimizer/optimizer.h"
 
 namespace ht::train {
 
@@ -16,11 +17,11 @@ std::string inspect_checkpoint(const std::string& path, bool* ok) {
     const config::Config cfg = config::load_text(snap.strings.at("config"), path + ":/config", {});
     torch::NoGradGuard no_grad;
     model::Gpt gpt(model::GptOptions::from_config(cfg.model));
-    checkpoint::Expectation want;
-    for (const auto& p : gpt->named_parameters()) want.params[p.key()] = p.value();
-    for (const auto& b : gpt->named_buffers()) want.buffers[b.key()] = b.value();
+    checkpoint::Expectation want = checkpoint::expectation_of(*gpt);
     want.optimizer = true;
     want.moments_per_rank = cfg.local_sgd.enabled;
+    want.moment_names = make_optimizer(cfg.train, {})->moment_names();
+    want.optimizer_name = std::string(config::name_of(cfg.train.optimizer));
     checkpoint::check_compatible(snap, want);
     out += "model: the tensors fit the model of the stored config\n";
   } catch (const std::exception& e) {

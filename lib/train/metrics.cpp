@@ -50,7 +50,12 @@ void report_step(MetricsWriter& metrics, const StepReport& r, const SyncStats& s
                  {"bytes_sent", sync.bytes_sent},
                  {"bytes_per_step", r.step > 0 ? static_cast<double>(sync.bytes_sent) / r.step : 0.0},
                  {"comm_seconds", sync.comm_seconds},
-                 {"drift", sync.last_drift}});
+                 {"drift", sync.last_drift},
+                 {"fragment_syncs", sync.fragment_syncs},
+                 {"inner_bytes_sent", sync.inner_bytes_sent},
+                 {"peak_bytes_per_exchange", sync.peak_bytes_per_exchange},
+                 {"buckets_in_backward", sync.buckets_in_backward},
+                 {"staged_transfers", sync.staged_transfers}});
 }
 
 void report_eval(MetricsWriter& metrics, const EvalResult& r, int64_t step, int64_t epoch, double seconds,
@@ -104,11 +109,14 @@ void log_run_start(const RunShape& r) {
   HT_INFO("model: {} layers, d_model {}, {} heads, seq_len {}, vocab {}, {:.2f}M parameters, {:.1f} MFLOP/token",
           cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, cfg.model.seq_len, cfg.model.vocab_size,
           static_cast<double>(r.num_parameters) / 1e6, r.flops_per_token / 1e6);
-  HT_INFO("run: {} ranks, device {}, {} threads/rank, global batch {} samples, {} steps, {} steps/epoch, recompute "
-          "{}, local_sgd {} (N={}), peak {:.1f} GFLOP/s per rank",
-          r.world_size, r.device.str(), torch::get_num_threads(), r.global_batch, r.total_steps, r.steps_per_epoch,
-          config::name_of(cfg.recompute.policy), cfg.local_sgd.enabled ? "on" : "off", cfg.local_sgd.steps,
+  HT_INFO("run: {} ranks, device {}, {} threads/rank, precision {}, global batch {} samples, {} steps, {} "
+          "steps/epoch, recompute {}, {} {}, peak {:.1f} GFLOP/s per rank",
+          r.world_size, r.device.str(), torch::get_num_threads(),
+          cfg.train.autocast == config::Autocast::kBf16 ? "autocast bf16 (fp32 weights and optimizer)" : "fp32",
+          r.global_batch, r.total_steps, r.steps_per_epoch, config::name_of(cfg.recompute.policy),
+          config::name_of(cfg.train.optimizer), cfg.local_sgd.enabled ? "local SGD" : "data parallel",
           r.peak_flops_per_rank / 1e9);
+  HT_INFO("data parallel: {}", r.data_parallel);
   if (cfg.recompute.policy == config::RecomputePolicy::kNone) return;
   // The blocks' share is what a policy changes; the head's activations are the same either way.
   const recompute::ActivationShape shape{cfg.model.n_layer, cfg.model.d_model,         cfg.model.n_head,

@@ -9,7 +9,7 @@
 
 #include "config/config.h"
 #include "train/evaluate.h"
-#include "train/local_sgd.h"
+#include "train/data_parallel/data_parallel.h"
 #include "train/metrics_writer.h"
 #include "train/phases.h"
 
@@ -37,6 +37,7 @@ struct RunShape {
   int world_size;
   int64_t global_batch, total_steps, steps_per_epoch;
   double peak_flops_per_rank;
+  std::string data_parallel;  // the strategy's describe()
 };
 void log_run_start(const RunShape& run);
 

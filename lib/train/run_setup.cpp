@@ -6,7 +6,6 @@
 #include <thread>
 
 #include "core/error.h"
-#include "config/path_list.h"
 #include "core/fs.h"
 #include "train/train_step.h"
 
@@ -24,38 +23,29 @@ void check_precision(const config::Config& cfg) {
              "AMX-BF16), slower than fp32; use train.autocast = none, or set train.autocast_emulated = true");
 }
 
-// fs::absolute_path resolves an existing file; a glob pattern only gets the working directory in front.
-std::string absolute_entry(const std::string& entry) {
-  if (entry.find_first_of("*?[") == std::string::npos) return fs::absolute_path(entry);
-  if (entry.front() == '/') return entry;
-  return fs::absolute_path(".") + "/" + entry;
-}
-
 }  // namespace
 
 RunSetup resolve_run(const config::Config& in) {
   RunSetup s;
   s.cfg = in;
   config::Config& cfg = s.cfg;
-  // Absolute in the resolved config, which checkpoints store: `eval` of a checkpoint works from any
-  // directory, and shards sort the same wherever the job starts.
-  std::vector<std::string> entries = config::split_path_list("data.path", cfg.data.path);
-  for (auto& e : entries) e = absolute_entry(e);
-  s.data = data::open_dataset(entries, "data.path");
-  cfg.data.path = config::join_path_list("data.path", entries);
+  // The resolved config, which checkpoints store, lists the absolute files the entries matched:
+  // `eval`, `export` and `generate` of a checkpoint open the same data from any directory.
+  s.data = data::open(cfg.data);
+  cfg.data.paths = s.data->paths();
   const data::DatasetMeta& meta = s.data->meta();
   HT_REQUIRE(meta.task == cfg.model.task, ExitCode::kUsage, "model.task = {} but {} holds {} data",
-             config::name_of(cfg.model.task), cfg.data.path, config::name_of(meta.task));
+             config::name_of(cfg.model.task), s.data->path(), config::name_of(meta.task));
   if (cfg.model.vocab_size == 0) cfg.model.vocab_size = meta.vocab_size;
   data::check_vocab(meta, cfg.model.vocab_size);  // the one vocabulary check (also used by the loader)
   if (meta.task == config::Task::kClassification) {
     const auto labels = static_cast<int64_t>(meta.label_names.size());
     if (cfg.model.num_labels == 0) cfg.model.num_labels = labels;
     HT_REQUIRE(cfg.model.num_labels == labels, ExitCode::kUsage, "model.num_labels = {} but {} has {} labels",
-               cfg.model.num_labels, cfg.data.path, labels);
+               cfg.model.num_labels, s.data->path(), labels);
     HT_REQUIRE(cfg.model.seq_len <= meta.seq_len, ExitCode::kUsage,
                "model.seq_len = {} exceeds the width {} of input_ids in {}", cfg.model.seq_len, meta.seq_len,
-               cfg.data.path);
+               s.data->path());
   }
   config::validate(cfg);
   check_precision(cfg);

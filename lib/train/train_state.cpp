@@ -21,13 +21,6 @@ void set_cpu_rng_state(const torch::Tensor& state) {
 
 namespace {
 
-torch::optim::AdamWParamState* adam_state(torch::optim::AdamW& opt, const torch::Tensor& p) {
-  auto& states = opt.state();
-  auto it = states.find(p.unsafeGetTensorImpl());
-  if (it == states.end()) return nullptr;
-  return static_cast<torch::optim::AdamWParamState*>(it->second.get());
-}
-
 // Every CUDA device's generator: a rank on cuda:3 draws its dropout masks from device 3's.
 void capture_cuda_rng(std::map<std::string, torch::Tensor>& out) {
   if (!torch::cuda::is_available()) return;
@@ -61,23 +54,25 @@ std::map<std::string, torch::Tensor> with_prefix(const std::map<std::string, tor
 // every replica exactly instead of averaging them (which would change the run).
 void capture_model(const StateRefs& refs, checkpoint::Snapshot& s) {
   std::unordered_map<const void*, torch::Tensor> averaged;
-  const bool differ = refs.local_sgd.replicas_differ();
+  const bool differ = refs.dp.replicas_differ();
   if (differ) {
-    const auto copies = refs.local_sgd.averaged_copies();
-    const auto& sync = refs.local_sgd.sync_tensors();
+    const auto copies = refs.dp.averaged_copies();
+    const auto& sync = refs.dp.sync_tensors();
     for (size_t i = 0; i < sync.size(); ++i) averaged[sync[i].unsafeGetTensorImpl()] = copies[i];
   }
   auto model_value = [&](const torch::Tensor& t) {
     auto it = averaged.find(t.unsafeGetTensorImpl());
     return (it == averaged.end() ? t : it->second).detach().cpu().clone();
   };
-  for (const auto& p : refs.gpt->named_parameters()) s.tensors["model/" + p.key()] = model_value(p.value());
-  for (const auto& b : refs.gpt->named_buffers()) s.tensors["model_buffers/" + b.key()] = model_value(b.value());
+  for (const auto& p : refs.gpt->named_parameters())
+    s.tensors[checkpoint::kParamPrefix + p.key()] = model_value(p.value());
+  for (const auto& b : refs.gpt->named_buffers())
+    s.tensors[checkpoint::kBufferPrefix + b.key()] = model_value(b.value());
   if (!differ) return;
   for (const auto& p : refs.gpt->named_parameters())
-    s.per_rank["replica/model/" + p.key()] = p.value().detach().cpu().clone();
+    s.per_rank[checkpoint::kReplicaPrefix + (checkpoint::kParamPrefix + p.key())] = p.value().detach().cpu().clone();
   for (const auto& b : refs.gpt->named_buffers())
-    s.per_rank["replica/model_buffers/" + b.key()] = b.value().detach().cpu().clone();
+    s.per_rank[checkpoint::kReplicaPrefix + (checkpoint::kBufferPrefix + b.key())] = b.value().detach().cpu().clone();
 }
 
 }  // namespace
@@ -87,14 +82,8 @@ checkpoint::Snapshot capture_state(const StateRefs& refs, const Counters& counte
   checkpoint::Snapshot s;
   s.world_size = comm.size();
   capture_model(refs, s);
-  auto& moments = refs.optimizer_per_rank ? s.per_rank : s.tensors;
-  for (const auto& p : refs.gpt->named_parameters()) {
-    auto* st = adam_state(refs.optimizer, p.value());
-    if (!st) continue;
-    moments["optimizer/exp_avg/" + p.key()] = st->exp_avg().detach().cpu().clone();
-    moments["optimizer/exp_avg_sq/" + p.key()] = st->exp_avg_sq().detach().cpu().clone();
-    moments["optimizer/step/" + p.key()] = torch::tensor({st->step()}, torch::kInt64);
-  }
+  auto& moments = refs.dp.moments_per_rank() ? s.per_rank : s.tensors;
+  for (auto& [k, v] : refs.dp.optimizer_state()) moments[checkpoint::kOptimizerPrefix + k] = v;
   s.ints["step"] = counters.step;
   s.ints["tokens_seen"] = counters.tokens_seen;
   s.ints["global_batch"] = counters.global_batch;
@@ -102,9 +91,10 @@ checkpoint::Snapshot capture_state(const StateRefs& refs, const Counters& counte
   s.ints["loader/seed"] = ls.seed;
   s.ints["loader/epoch"] = ls.epoch;
   s.ints["loader/samples_consumed"] = ls.samples_consumed;
-  for (const auto& [k, v] : refs.local_sgd.state_tensors()) s.tensors["local_sgd/" + k] = v.detach().cpu().clone();
-  for (const auto& [k, v] : refs.local_sgd.state_ints()) s.ints["local_sgd/" + k] = v;
-  for (const auto& [k, v] : refs.local_sgd.rank_state_tensors()) s.per_rank["local_sgd/" + k] = v;
+  const StrategyState dp = refs.dp.state();
+  for (const auto& [k, v] : dp.shared) s.tensors[checkpoint::kStrategyPrefix + k] = v.detach().cpu().clone();
+  for (const auto& [k, v] : dp.ints) s.ints[checkpoint::kStrategyPrefix + k] = v;
+  for (const auto& [k, v] : dp.per_rank) s.per_rank[checkpoint::kStrategyPrefix + k] = v;
   s.per_rank["rng/cpu"] = cpu_rng_state();
   capture_cuda_rng(s.per_rank);
   s.strings["config"] = run.config_toml;
@@ -119,7 +109,7 @@ void restore_model(model::Gpt& gpt, const checkpoint::Snapshot& snap, bool own_r
   torch::NoGradGuard no_grad;
   auto source = [&](const std::string& key) -> const torch::Tensor& {
     if (own_replica) {
-      auto it = snap.per_rank.find("replica/" + key);
+      auto it = snap.per_rank.find(checkpoint::kReplicaPrefix + key);
       HT_REQUIRE(it != snap.per_rank.end(), ExitCode::kData, "checkpoint {}: this rank's replica lacks '{}'",
                  snap.path, key);
       return it->second;
@@ -132,30 +122,18 @@ void restore_model(model::Gpt& gpt, const checkpoint::Snapshot& snap, bool own_r
                snap.path, key, c10::str(src.sizes()), c10::str(dst.sizes()));
     dst.copy_(src);
   };
-  for (auto& p : gpt->named_parameters()) copy(p.value(), "model/" + p.key());
-  for (auto& b : gpt->named_buffers()) copy(b.value(), "model_buffers/" + b.key());
+  for (auto& p : gpt->named_parameters()) copy(p.value(), checkpoint::kParamPrefix + p.key());
+  for (auto& b : gpt->named_buffers()) copy(b.value(), checkpoint::kBufferPrefix + b.key());
 }
 
 void restore_optimizer(const StateRefs& refs, const checkpoint::Snapshot& snap) {
   // Moments are per rank when written by local SGD, else shared (check_compatible has refused
   // per-rank moments for a run that shares them).
   const bool per_rank = !snap.per_rank.empty() &&
-                        std::any_of(snap.per_rank.begin(), snap.per_rank.end(),
-                                    [](const auto& kv) { return kv.first.rfind("optimizer/", 0) == 0; });
-  const auto& src = per_rank ? snap.per_rank : snap.tensors;
-  for (const auto& p : refs.gpt->named_parameters()) {
-    auto m = src.find("optimizer/exp_avg/" + p.key());
-    if (m == src.end()) continue;  // parameter had no step yet
-    auto v = src.find("optimizer/exp_avg_sq/" + p.key());
-    auto t = src.find("optimizer/step/" + p.key());
-    HT_REQUIRE(v != src.end() && t != src.end(), ExitCode::kData, "checkpoint optimizer state of '{}' is incomplete",
-               p.key());
-    auto st = std::make_unique<torch::optim::AdamWParamState>();
-    st->exp_avg(m->second.to(p.value().device()).clone());
-    st->exp_avg_sq(v->second.to(p.value().device()).clone());
-    st->step(t->second.item<int64_t>());
-    refs.optimizer.state()[p.value().unsafeGetTensorImpl()] = std::move(st);
-  }
+                        std::any_of(snap.per_rank.begin(), snap.per_rank.end(), [](const auto& kv) {
+                          return kv.first.rfind(checkpoint::kOptimizerPrefix, 0) == 0;
+                        });
+  refs.dp.load_optimizer_state(with_prefix(per_rank ? snap.per_rank : snap.tensors, checkpoint::kOptimizerPrefix));
 }
 
 }  // namespace
@@ -190,26 +168,29 @@ void restore_state(const StateRefs& refs, Counters& counters, const checkpoint::
              "train.micro_batch_size x train.grad_accum_steps); keep the global batch when resuming",
              batch, counters.global_batch);
   check_same_data(snap, dataset_identity, allow_dataset_change);
-  checkpoint::Expectation want;
-  for (const auto& p : refs.gpt->named_parameters()) want.params[p.key()] = p.value();
-  for (const auto& b : refs.gpt->named_buffers()) want.buffers[b.key()] = b.value();
+  checkpoint::Expectation want = checkpoint::expectation_of(*refs.gpt);
   want.optimizer = true;
-  want.moments_per_rank = refs.optimizer_per_rank;
+  want.moments_per_rank = refs.dp.moments_per_rank();
+  want.moment_names = refs.dp.optimizer().moment_names();
+  want.optimizer_name = std::string(config::name_of(refs.dp.optimizer().kind()));
   checkpoint::check_compatible(snap, want);
   // Same rank count: every rank continues its own replica. Another count: the averaged model.
   const bool exact = snap.world_size == world_size;
-  const bool replicas = std::any_of(snap.per_rank.begin(), snap.per_rank.end(),
-                                    [](const auto& kv) { return kv.first.rfind("replica/", 0) == 0; });
+  const bool replicas = std::any_of(snap.per_rank.begin(), snap.per_rank.end(), [](const auto& kv) {
+    return kv.first.rfind(checkpoint::kReplicaPrefix, 0) == 0;
+  });
   restore_model(refs.gpt, snap, exact && replicas);
   restore_optimizer(refs, snap);
   counters.step = get("step");
   counters.tokens_seen = get("tokens_seen");
   refs.loader.restore({get("loader/seed"), get("loader/epoch"), get("loader/samples_consumed")});
-  std::map<std::string, int64_t> li;
+  StrategyState dp;
+  const std::string prefix = checkpoint::kStrategyPrefix;
   for (const auto& [k, v] : snap.ints)
-    if (k.rfind("local_sgd/", 0) == 0) li[k.substr(10)] = v;
-  refs.local_sgd.load_state(with_prefix(snap.tensors, "local_sgd/"), li, with_prefix(snap.per_rank, "local_sgd/"),
-                            exact);
+    if (k.rfind(prefix, 0) == 0) dp.ints[k.substr(prefix.size())] = v;
+  dp.shared = with_prefix(snap.tensors, prefix);
+  dp.per_rank = with_prefix(snap.per_rank, prefix);
+  refs.dp.load_state(dp, exact);
   // Last: nothing above draws random numbers, and the first step after resume sees these streams.
   auto rng = snap.per_rank.find("rng/cpu");
   if (rng != snap.per_rank.end()) set_cpu_rng_state(rng->second);

@@ -1,6 +1,6 @@
-// Converts the full training state (model, AdamW moments, counters, RNG, loader position, local
-// SGD state, resolved config) to and from a checkpoint::Snapshot. The one place that knows which
-// state is shared by all ranks and which is per rank.
+// Converts the full training state (model, optimizer moments, counters, RNG, loader position, the
+// data-parallel strategy's state, resolved config) to and from a checkpoint::Snapshot. The one
+// place that knows which state is shared by all ranks and which is per rank.
 #pragma once
 #include <torch/torch.h>
 
@@ -10,7 +10,7 @@
 #include "comm/communicator.h"
 #include "data/loader.h"
 #include "model/gpt.h"
-#include "train/local_sgd.h"
+#include "train/data_parallel/data_parallel.h"
 
 namespace ht::train {
 
@@ -22,10 +22,8 @@ struct Counters {
 
 struct StateRefs {
   model::Gpt& gpt;
-  torch::optim::AdamW& optimizer;
-  LocalSgd& local_sgd;
+  DataParallel& dp;  // the strategy: its optimizer, its state, whether the replicas differ
   data::Loader& loader;
-  bool optimizer_per_rank;  // local SGD: the replicas' moments differ between averages
 };
 
 // What a checkpoint says about the run beyond its state.
@@ -39,7 +37,8 @@ checkpoint::Snapshot capture_state(const StateRefs& refs, const Counters& counte
                                    comm::Communicator& comm);
 
 // Throws ht::Error(kUsage) if the snapshot does not fit the model or its optimizer
-// (checkpoint::check_compatible) or the global batch differs.
+// (checkpoint::check_compatible: another optimizer's moments are refused, naming train.optimizer)
+// or the global batch differs.
 // world_size: this run's rank count; the same as the checkpoint's restores every rank's replica
 // and an average in flight exactly, another continues from the averaged model (docs/checkpoint-format.md).
 // A checkpoint trained on other data (its dataset identity differs) is refused unless

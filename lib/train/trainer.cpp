@@ -15,10 +15,10 @@
 #include "model/gpt.h"
 #include "recompute/recompute.h"
 #include "train/best_tracker.h"
+#include "train/data_parallel/data_parallel.h"
 #include "train/evaluate.h"
-#include "train/local_sgd.h"
 #include "train/metrics.h"
-#include "train/optim.h"
+#include "train/optimizer/schedule.h"
 #include "train/plot.h"
 #include "train/sample_log.h"
 #include "train/start_weights.h"
@@ -33,11 +33,10 @@ struct Trainer::Impl {
   comm::Communicator& comm;
   torch::Device device{torch::kCPU};
   model::Gpt gpt{nullptr};
-  std::unique_ptr<torch::optim::AdamW> optimizer;
   std::unique_ptr<LrSchedule> schedule;
   std::unique_ptr<data::Loader> loader;
   std::unique_ptr<data::EvalReader> eval_reader;
-  std::unique_ptr<LocalSgd> local_sgd;
+  std::unique_ptr<DataParallel> dp;  // how the replicas stay in step; owns the optimizer
   std::unique_ptr<checkpoint::Manager> checkpoints;
   std::unique_ptr<MetricsWriter> metrics;
   std::unique_ptr<BestTracker> best;
@@ -53,7 +52,7 @@ struct Trainer::Impl {
 
   Impl(const RunSetup& s, comm::Communicator& c) : cfg(s.cfg), data(s.data), comm(c) {}
 
-  StateRefs refs() { return StateRefs{gpt, *optimizer, *local_sgd, *loader, cfg.local_sgd.enabled}; }
+  StateRefs refs() { return StateRefs{gpt, *dp, *loader}; }
 
   void build(const ResumeRequest& resume);
   void resume_from(const ResumeRequest& resume);
@@ -70,14 +69,13 @@ void Trainer::Impl::build(const ResumeRequest& resume) {
   memory::install_cpu_counter();
   torch::manual_seed(static_cast<uint64_t>(cfg.train.seed));
   gpt = model::Gpt(model::GptOptions::from_config(cfg.model));
-  load_start_weights(*gpt, cfg, resume, comm);  // before LocalSgd: it broadcasts and keeps the start
+  load_start_weights(*gpt, cfg, resume, comm);  // before the strategy: it broadcasts rank 0's start
   gpt->to(device);
   recompute::apply(gpt, cfg.recompute);
   // Dropout streams differ per rank; the init above is identical on all ranks (and broadcast anyway).
   torch::manual_seed(static_cast<uint64_t>(cfg.train.seed) * 1000003ULL + static_cast<uint64_t>(comm.rank()) + 1);
 
-  optimizer = make_adamw(*gpt, cfg.train);
-  local_sgd = std::make_unique<LocalSgd>(*gpt, *optimizer, comm, cfg.local_sgd);
+  dp = make_data_parallel(*gpt, comm, cfg);
   // Every rank opens its readers (no collective inside): a fault in the file ends the job once.
   comm::run_agreed(comm, [&] {
     loader = std::make_unique<data::Loader>(data, data::LoaderOptions::from_config(cfg), comm);
@@ -95,9 +93,10 @@ void Trainer::Impl::build(const ResumeRequest& resume) {
   run_id = comm.broadcast_string(comm.rank() == 0 ? checkpoint::new_run_id() : std::string(), 0);
   peak_flops = resolve_peak_flops(cfg.train, device);
   start_phase_trace(clock, cfg, total, comm);
-  if (comm.rank() == 0) std::ofstream(cfg.train.output_dir + "/config.toml") << config::to_toml(cfg);
-  // Last: the restored state (RNG streams included) is what the first step sees.
+  // Last: the restored state (RNG streams included) is what the first step sees. A refused resume
+  // ends the run before it has written anything.
   resume_from(resume);
+  if (comm.rank() == 0) std::ofstream(cfg.train.output_dir + "/config.toml") << config::to_toml(cfg);
   const std::string metrics_path = cfg.train.output_dir + "/" + cfg.log.metrics_file;
   if (comm.rank() == 0 && counters.step > 0) truncate_metrics(metrics_path, counters.step);
   metrics = std::make_unique<MetricsWriter>(metrics_path, comm.rank() == 0,
@@ -124,7 +123,7 @@ void Trainer::Impl::resume_from(const ResumeRequest& resume) {
           loader->state().epoch, loader->state().samples_consumed);
 }
 
-// Evaluates the averaged model without averaging the replicas (LocalSgd::with_averaged_model).
+// Evaluates the averaged model without averaging the replicas (DataParallel::with_averaged_model).
 // An improvement of checkpoint.best_metric is saved as the best checkpoint (the model just evaluated).
 void Trainer::Impl::run_eval(const char* reason) {
   if (!eval_reader) return;
@@ -132,7 +131,7 @@ void Trainer::Impl::run_eval(const char* reason) {
   {
     PhaseClock::Scope phase(clock, Phase::kEval);
     Stopwatch sw;
-    local_sgd->with_averaged_model([&] { r = evaluate(gpt, *eval_reader, comm, device); });
+    dp->with_averaged_model([&] { r = evaluate(gpt, *eval_reader, comm, device); });
     report_eval(*metrics, r, counters.step, loader->epoch(), sw.seconds(), reason);
   }
   const BestTracker::Verdict v = best->observe(r, counters.step);
@@ -155,14 +154,14 @@ bool Trainer::Impl::step(bool& signalled) {
   Stopwatch sw;
   memory::reset_cpu_peak();
   const int64_t live_before = memory::cpu_current_bytes();
-  const double lr = schedule->apply(*optimizer, counters.step);
+  const double lr = schedule->apply(dp->optimizer(), counters.step);
   clock.set_step(counters.step + 1);
   // In place: backward accumulates into the existing gradient storage (the flat exchange buffer
   // when gradients are averaged) instead of allocating every gradient again each step.
-  optimizer->zero_grad(/*set_to_none=*/false);
+  dp->zero_grad();
   const AccumulatedLoss acc =
       accumulate_gradients(gpt, *loader, cfg.train.grad_accum_steps, device, cfg.train.autocast, clock,
-                           [&](bool last) { local_sgd->before_backward(last); });
+                           [&](bool last) { dp->before_backward(last); });
   maybe_inject_failure(comm.rank(), counters.step + 1);
   maybe_hold_for_signal(counters.step + 1);
   const int64_t peak_bytes = memory::cpu_peak_bytes() - live_before;
@@ -170,13 +169,12 @@ bool Trainer::Impl::step(bool& signalled) {
   // completes inside it (counted as communication), not inside the small collective below, which
   // would otherwise wait behind the gradient bytes on the same connection. A skipped step's
   // non-finite gradients are averaged and then dropped.
-  clock.time(Phase::kComm, [&] { local_sgd->after_backward(); });
+  clock.time(Phase::kComm, [&] { dp->after_backward(); });
   const StepFlags flags = agree_step_flags(acc.finite, comm, clock);
   signalled = flags.any_signal;
   if (flags.any_nonfinite) {
     if (cfg.train.nan_policy == config::NanPolicy::kSkip) {
       HT_WARN("step {}: non-finite loss on some rank; step skipped (train.nan_policy = skip)", counters.step);
-      optimizer->zero_grad(true);
       ++counters.step;
       clock.count_step();
       return true;
@@ -187,11 +185,10 @@ bool Trainer::Impl::step(bool& signalled) {
   }
   double grad_norm = 0.0;
   clock.time(Phase::kOptimizer, [&] {
-    grad_norm = clip_grad_norm(*gpt, cfg.train.grad_clip);
-    optimizer->step();
+    grad_norm = dp->clip_and_update(cfg.train.grad_clip);
   });
   ++counters.step;
-  clock.time(Phase::kComm, [&] { local_sgd->step(); });
+  clock.time(Phase::kComm, [&] { dp->after_update(); });
   clock.count_step();
   counters.tokens_seen += acc.tokens * comm.size();
   if (counters.step % cfg.log.every_steps == 0 || counters.step == 1 || counters.step == total) {
@@ -199,14 +196,14 @@ bool Trainer::Impl::step(bool& signalled) {
                        grad_norm,          sw.seconds(),   acc.tokens * comm.size(), counters.tokens_seen,
                        peak_bytes,         flops_per_token, peak_flops,     comm.size(),
                        gather_phase_stats(clock, comm)};
-    report_step(*metrics, r, local_sgd->stats());
+    report_step(*metrics, r, dp->stats());
   }
   return true;
 }
 
 int Trainer::Impl::run() {
   log_run_start(RunShape{cfg, gpt->num_parameters(), flops_per_token, device, comm.size(), counters.global_batch,
-                         total, loader->steps_per_epoch(), peak_flops});
+                         total, loader->steps_per_epoch(), peak_flops, dp->describe()});
   gpt->train();
   while (counters.step < total && !stop_early) {
     bool signalled = false;
@@ -224,7 +221,7 @@ int Trainer::Impl::run() {
         !stop_early)
       save_checkpoint("periodic");
   }
-  local_sgd->finish();
+  dp->finish();
   if (stop_early) HT_INFO("{}; stopping at step {} of {}", best->stop_reason(), counters.step, total);
   else if (cfg.eval.strategy != config::EvalStrategy::kNo && !evaluation_due(cfg.eval, counters.step, loader->steps_per_epoch()))
     run_eval("end of training");

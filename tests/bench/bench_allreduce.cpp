@@ -87,7 +87,9 @@ void BM_FusedBound(benchmark::State& state, const std::string& set) {
   auto& s = sets().at(set);
   std::vector<torch::Tensor> mine;
   for (const auto& t : s.tensors) mine.push_back(t.clone());
-  ht::comm::ParamAverager avg(*g_comm, mine, {ht::comm::ExchangeDType::kF32, 0, false, set});
+  ht::comm::AveragerOptions o;
+  o.name = set;
+  ht::comm::ParamAverager avg(*g_comm, mine, o);
   if (!avg.bind(mine)) state.SkipWithError("bind refused the tensors");
   timed_loop(state, set + "/fused_bound", [&] { avg.average(mine); });
   set_counters(state, s, avg.bytes_per_call());

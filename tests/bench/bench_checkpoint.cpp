@@ -19,7 +19,7 @@
 #include "config/config.h"
 #include "core/log.h"
 #include "model/gpt.h"
-#include "train/optim.h"
+#include "train/optimizer/optimizer.h"
 
 namespace {
 
@@ -37,18 +37,17 @@ ht::checkpoint::Snapshot make_snapshot(int64_t which) {
   torch::manual_seed(0);
   ht::model::Gpt gpt(shape(which));
   ht::config::TrainConfig tc;
-  auto opt = ht::train::make_adamw(*gpt, tc);
+  auto opt = ht::train::make_optimizer(tc, ht::train::optimizer_params(*gpt));
   for (auto& p : gpt->parameters()) p.mutable_grad() = torch::randn_like(p);
   opt->step();
   ht::checkpoint::Snapshot s;
   for (const auto& p : gpt->named_parameters()) {
-    s.tensors["model/" + p.key()] = p.value().detach().clone();
-    auto it = opt->state().find(p.value().unsafeGetTensorImpl());
-    if (it == opt->state().end()) continue;
-    auto& st = static_cast<torch::optim::AdamWParamState&>(*it->second);
-    s.tensors["optimizer/exp_avg/" + p.key()] = st.exp_avg().clone();
-    s.tensors["optimizer/exp_avg_sq/" + p.key()] = st.exp_avg_sq().clone();
-    s.tensors["optimizer/step/" + p.key()] = torch::tensor({st.step()}, torch::kInt64);
+    s.tensors[ht::checkpoint::kParamPrefix + p.key()] = p.value().detach().clone();
+    const auto* st = opt->state_of(p.value());
+    if (!st) continue;
+    for (size_t m = 0; m < st->moments.size(); ++m)
+      s.tensors[ht::checkpoint::kOptimizerPrefix + opt->moment_names()[m] + "/" + p.key()] = st->moments[m].clone();
+    s.tensors[ht::checkpoint::kOptimizerPrefix + "step/" + p.key()] = torch::tensor({st->step}, torch::kInt64);
   }
   s.ints["step"] = 1;
   s.ints["tokens_seen"] = 1 << 20;

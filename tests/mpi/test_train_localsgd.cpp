@@ -1,6 +1,7 @@
 // LocalSgd on real MPI ranks with a tiny linear model and rank-dependent data: sync counts,
 // bitwise-equal replicas, N=1 == synchronous gradient averaging, DiLoCo(1, 0) == averaging,
 // 16-bit exchange, staging == direct, drift, checksum mismatch, overlap semantics, bad input.
+// The strategies come from make_data_parallel (train/data_parallel), which owns the optimizer.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -8,40 +9,55 @@
 #include "comm/communicator.h"
 #include "comm/param_averager.h"
 #include "core/error.h"
-#include "train/local_sgd.h"
+#include "train/data_parallel/local_sgd.h"
 
 namespace {
 
 using ht::config::LocalSgdConfig;
+using ht::train::DataParallel;
 using ht::train::LocalSgd;
+
+// SGD without momentum or decay (lr 0.1), or AdamW without decay (lr 1e-2): the optimizers of the
+// old torch::optim-based version of these tests, now behind the optimizer seam.
+ht::config::Config config_of(const LocalSgdConfig& l, bool adam = false) {
+  ht::config::Config c;
+  c.local_sgd = l;
+  c.train.optimizer = adam ? ht::config::OptimizerKind::kAdamw : ht::config::OptimizerKind::kSgd;
+  c.train.lr = adam ? 1e-2 : 0.1;
+  c.train.momentum = 0.0;
+  c.train.weight_decay = 0.0;
+  return c;
+}
 
 struct Replica {
   torch::nn::Sequential model{nullptr};
-  std::unique_ptr<torch::optim::Optimizer> opt;
   int64_t out_;
-  bool free_grads = false;  // zero_grad(true) every step even when LocalSgd keeps the gradients
-  // Different init per rank on purpose: LocalSgd must broadcast rank 0's weights.
-  Replica(int rank, int64_t out = 2, bool adam = false) : out_(out) {
+  bool free_grads = false;  // free the gradients every step even when the strategy keeps them in its buffer
+  // Different init per rank on purpose: the strategy must broadcast rank 0's weights.
+  explicit Replica(int rank, int64_t out = 2) : out_(out) {
     torch::manual_seed(17 + rank);
     model = torch::nn::Sequential(torch::nn::Linear(6, 5), torch::nn::Tanh(), torch::nn::Linear(5, out));
-    if (adam)
-      opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-2));
-    else
-      opt = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
   }
-  void train_step(LocalSgd& lsgd, int rank, int step) {
+  std::unique_ptr<DataParallel> strategy(ht::comm::Communicator& comm, const LocalSgdConfig& l, bool adam = false) {
+    return ht::train::make_data_parallel(*model, comm, config_of(l, adam));
+  }
+  void train_step(DataParallel& dp, int rank, int step) {
     torch::manual_seed(1000 * (rank + 1) + step);
     auto x = torch::randn({8, 6});
     auto y = torch::sin(x.sum(1, true) * (rank + 1)).repeat({1, out_});
-    opt->zero_grad(/*set_to_none=*/free_grads || !lsgd.keep_gradients());  // as the trainer does
+    dp.zero_grad();
+    if (free_grads)
+      for (auto& p : model->parameters()) p.mutable_grad().reset();
     auto loss = torch::mse_loss(model->forward(x), y);
     loss.backward();
-    lsgd.after_backward();
-    opt->step();
-    lsgd.step();
+    dp.after_backward();
+    dp.clip_and_update(0.0);
+    dp.after_update();
   }
   std::vector<torch::Tensor> params() { return model->parameters(); }
 };
+
+LocalSgd& as_local(DataParallel& dp) { return dynamic_cast<LocalSgd&>(dp); }
 
 LocalSgdConfig local(int64_t n) {
   LocalSgdConfig c;
@@ -71,9 +87,9 @@ std::vector<torch::Tensor> run(ht::comm::Communicator& comm, LocalSgdConfig cfg,
                                bool free_grads = false) {
   Replica rep(comm.rank());
   rep.free_grads = free_grads;
-  LocalSgd lsgd(*rep.model, *rep.opt, comm, cfg);
-  for (int s = 0; s < steps; ++s) rep.train_step(lsgd, comm.rank(), s);
-  if (finish) lsgd.finish();
+  auto dp = rep.strategy(comm, cfg);
+  for (int s = 0; s < steps; ++s) rep.train_step(*dp, comm.rank(), s);
+  if (finish) dp->finish();
   std::vector<torch::Tensor> out;
   for (auto& p : rep.params()) out.push_back(p.detach().clone());
   return out;
@@ -82,7 +98,7 @@ std::vector<torch::Tensor> run(ht::comm::Communicator& comm, LocalSgdConfig cfg,
 TEST(LocalSgd, StartsFromRankZeroWeights) {
   auto comm = ht::comm::make_mpi_world();
   Replica rep(comm->rank());
-  LocalSgd lsgd(*rep.model, *rep.opt, *comm, local(4));
+  auto dp = rep.strategy(*comm, local(4));
   expect_replicas_bitwise_equal(*comm, rep.params());
   expect_close(rep.params(), Replica(0).params(), 0);
 }
@@ -93,7 +109,8 @@ TEST(LocalSgd, SyncCountIsFloorOfStepsOverNPlusFinal) {
     Replica rep(comm->rank());
     auto cfg = local(n);
     cfg.warmup_steps = warmup;
-    LocalSgd lsgd(*rep.model, *rep.opt, *comm, cfg);
+    auto dp = rep.strategy(*comm, cfg);
+    auto& lsgd = as_local(*dp);
     for (int s = 0; s < steps; ++s) rep.train_step(lsgd, comm->rank(), s);
     const int64_t after_warmup = steps - warmup;
     EXPECT_EQ(lsgd.stats().syncs, after_warmup / n) << "N=" << n << " warmup=" << warmup << " T=" << steps;
@@ -110,7 +127,8 @@ TEST(LocalSgd, SyncCountIsFloorOfStepsOverNPlusFinal) {
 TEST(LocalSgd, ReplicasBitwiseEqualAfterEverySync) {
   auto comm = ht::comm::make_mpi_world();
   Replica rep(comm->rank());
-  LocalSgd lsgd(*rep.model, *rep.opt, *comm, local(4));
+  auto dp = rep.strategy(*comm, local(4));
+  auto& lsgd = as_local(*dp);
   for (int s = 0; s < 12; ++s) {
     rep.train_step(lsgd, comm->rank(), s);
     if (lsgd.local_step() == 0) expect_replicas_bitwise_equal(*comm, rep.params());
@@ -147,24 +165,19 @@ TEST(LocalSgd, KeptGradientsAverageBitwiseLikeFreedOnes) {
     for (size_t i = 0; i < k.size(); ++i) EXPECT_TRUE(torch::equal(k[i], f[i])) << "tensor " << i;
   }
   {  // overlapped: the gradients are created in the flat buffer up front (the first step's hooks need them there)
+    dp.overlap_grad_allreduce = true;
     Replica rep(comm->rank());
-    LocalSgd lsgd(*rep.model, *rep.opt, *comm, dp);
-    EXPECT_EQ(lsgd.keep_gradients(), comm->size() > 1);
+    auto strat = rep.strategy(*comm, dp);
+    EXPECT_EQ(rep.params()[0].grad().defined(), comm->size() > 1);
   }
   dp.overlap_grad_allreduce = false;
   Replica rep(comm->rank());
-  LocalSgd lsgd(*rep.model, *rep.opt, *comm, dp);
-  EXPECT_FALSE(lsgd.keep_gradients());  // blocking path: nothing bound before the first average
-  rep.train_step(lsgd, comm->rank(), 0);
-  EXPECT_TRUE(lsgd.keep_gradients());
+  auto strat = rep.strategy(*comm, dp);
+  EXPECT_FALSE(rep.params()[0].grad().defined());  // blocking path: nothing bound before the first average
+  rep.train_step(*strat, comm->rank(), 0);
   const void* before = rep.params()[0].grad().data_ptr();
-  rep.train_step(lsgd, comm->rank(), 1);
+  rep.train_step(*strat, comm->rank(), 1);
   EXPECT_EQ(rep.params()[0].grad().data_ptr(), before);  // backward accumulated into the same buffer
-
-  Replica loc(comm->rank());
-  LocalSgd local_mode(*loc.model, *loc.opt, *comm, local(4));
-  loc.train_step(local_mode, comm->rank(), 0);
-  EXPECT_FALSE(local_mode.keep_gradients());  // no gradient averaging in local mode: free them
 }
 
 TEST(LocalSgd, DilocoWithOuterLrOneAndNoMomentumEqualsAveraging) {
@@ -209,7 +222,8 @@ TEST(LocalSgd, StagingPathGivesTheSameParamsAsDirectPath) {
 TEST(LocalSgd, DriftIsZeroAfterSyncAndPositiveAfterLocalSteps) {
   auto comm = ht::comm::make_mpi_world();
   Replica rep(comm->rank());
-  LocalSgd lsgd(*rep.model, *rep.opt, *comm, local(4));
+  auto dp = rep.strategy(*comm, local(4));
+  auto& lsgd = as_local(*dp);
   EXPECT_LT(lsgd.measure_drift(), 1e-6);  // identical start
   for (int s = 0; s < 3; ++s) rep.train_step(lsgd, comm->rank(), s);
   const double before = lsgd.measure_drift();
@@ -223,7 +237,8 @@ TEST(LocalSgd, DriftIsZeroAfterSyncAndPositiveAfterLocalSteps) {
 TEST(LocalSgd, ForcedChecksumMismatchIsDetected) {
   auto comm = ht::comm::make_mpi_world();
   Replica rep(comm->rank());
-  LocalSgd lsgd(*rep.model, *rep.opt, *comm, local(2));
+  auto dp = rep.strategy(*comm, local(2));
+  auto& lsgd = as_local(*dp);
   const int rank = comm->rank();
   auto p0 = rep.params()[0];
   lsgd.set_post_average_hook([&] {
@@ -247,10 +262,11 @@ TEST(LocalSgd, OverlapAppliesDeltaCorrectedAverage) {
   Replica rep(comm->rank());
   auto cfg = local(4);
   cfg.overlap_steps = 1;
-  LocalSgd lsgd(*rep.model, *rep.opt, *comm, cfg);
+  auto dp = rep.strategy(*comm, cfg);
+  auto& lsgd = as_local(*dp);
   for (int s = 0; s < 3; ++s) rep.train_step(lsgd, comm->rank(), s);
   std::vector<torch::Tensor> p4, mean4, p5;
-  // Step 4 by hand up to the optimizer step, so P4 can be captured before lsgd.step() snapshots it.
+  // Step 4: after_update() starts the exchange of the step-4 values (P4) without changing them.
   rep.train_step(lsgd, comm->rank(), 3);
   EXPECT_EQ(lsgd.stats().syncs, 1);
   for (auto& p : rep.params()) p4.push_back(p.detach().clone());  // step() started the exchange, params untouched
@@ -260,16 +276,16 @@ TEST(LocalSgd, OverlapAppliesDeltaCorrectedAverage) {
     comm->allgather(c.data_ptr(), all.data_ptr(), static_cast<size_t>(p.numel()) * 4);
     mean4.push_back(all.sum(0).div(comm->size()).view(p.sizes()));
   }
-  // Step 5: capture P5 right before lsgd.step() applies the average.
+  // Step 5: capture P5 right before after_update() applies the average.
   torch::manual_seed(1000 * (comm->rank() + 1) + 4);
   auto x = torch::randn({8, 6});
   auto y = torch::sin(x.sum(1, true) * (comm->rank() + 1)).repeat({1, 2});
-  rep.opt->zero_grad();
+  lsgd.zero_grad();
   torch::mse_loss(rep.model->forward(x), y).backward();
   lsgd.after_backward();
-  rep.opt->step();
+  lsgd.clip_and_update(0.0);
   for (auto& p : rep.params()) p5.push_back(p.detach().clone());
-  lsgd.step();
+  lsgd.after_update();
   auto now = rep.params();
   for (size_t i = 0; i < now.size(); ++i)
     EXPECT_TRUE(torch::allclose(now[i], mean4[i] + (p5[i] - p4[i]), 0, 1e-6)) << "tensor " << i;
@@ -280,38 +296,34 @@ TEST(LocalSgd, OverlapAppliesDeltaCorrectedAverage) {
 
 TEST(LocalSgd, AveragedOptimizerMomentsAgreeAcrossRanks) {
   auto comm = ht::comm::make_mpi_world();
-  Replica rep(comm->rank(), 2, /*adam=*/true);
+  Replica rep(comm->rank(), 2);
   auto cfg = local(3);
   cfg.optimizer_state = ht::config::OptimizerState::kAverage;
-  LocalSgd lsgd(*rep.model, *rep.opt, *comm, cfg);
-  for (int s = 0; s < 3; ++s) rep.train_step(lsgd, comm->rank(), s);
-  std::vector<torch::Tensor> moments;
-  for (auto& p : rep.params()) {
-    auto& st = static_cast<torch::optim::AdamParamState&>(*rep.opt->state().at(p.unsafeGetTensorImpl()));
-    moments.push_back(st.exp_avg());
-    moments.push_back(st.exp_avg_sq());
-  }
+  auto lsgd = rep.strategy(*comm, cfg, /*adam=*/true);
+  for (int s = 0; s < 3; ++s) rep.train_step(*lsgd, comm->rank(), s);
+  const std::vector<torch::Tensor> moments = lsgd->optimizer().all_moments();
+  ASSERT_EQ(moments.size(), 2 * rep.params().size());
   EXPECT_NO_THROW(ht::comm::verify_replicas_equal(*comm, ht::comm::checksum(moments), "moments"));
   const uint64_t params_bytes = 4 * (6 * 5 + 5 + 5 * 2 + 2);
-  EXPECT_GE(lsgd.stats().bytes_last_sync, 3 * params_bytes);  // params + two moments
+  EXPECT_GE(lsgd->stats().bytes_last_sync, 3 * params_bytes);  // params + two moments
 }
 
 TEST(LocalSgd, BytesPerSyncAndDataParallelBytes) {
   auto comm = ht::comm::make_mpi_world();
   Replica a(comm->rank()), b(comm->rank());
-  LocalSgd lsgd(*a.model, *a.opt, *comm, local(4));
-  LocalSgd dp(*b.model, *b.opt, *comm, LocalSgdConfig{});
-  for (int s = 0; s < 8; ++s) a.train_step(lsgd, comm->rank(), s), b.train_step(dp, comm->rank(), s);
-  EXPECT_EQ(dp.stats().grad_allreduces, 8);
-  EXPECT_EQ(lsgd.stats().syncs, 2);
-  EXPECT_EQ(dp.stats().bytes_sent, 4 * lsgd.stats().bytes_sent);  // same payload, 4x as often
+  auto lsgd = a.strategy(*comm, local(4));
+  auto dp = b.strategy(*comm, LocalSgdConfig{});
+  for (int s = 0; s < 8; ++s) a.train_step(*lsgd, comm->rank(), s), b.train_step(*dp, comm->rank(), s);
+  EXPECT_EQ(dp->stats().grad_allreduces, 8);
+  EXPECT_EQ(lsgd->stats().syncs, 2);
+  EXPECT_EQ(dp->stats().bytes_sent, 4 * lsgd->stats().bytes_sent);  // same payload, 4x as often
 }
 
 TEST(LocalSgd, RanksThatDisagreeOnTheModelShapeFailNamingTheRank) {
   auto comm = ht::comm::make_mpi_world();
   Replica rep(comm->rank(), comm->rank() == 1 ? 3 : 2);
   try {
-    LocalSgd lsgd(*rep.model, *rep.opt, *comm, local(4));
+    auto dp = rep.strategy(*comm, local(4));
     FAIL() << "shape mismatch not detected";
   } catch (const ht::Error& e) {
     EXPECT_EQ(e.code(), ht::ExitCode::kUsage);
@@ -322,7 +334,7 @@ TEST(LocalSgd, RanksThatDisagreeOnTheModelShapeFailNamingTheRank) {
 TEST(LocalSgd, StepsBelowOneIsRejected) {
   auto comm = ht::comm::make_mpi_world();
   Replica rep(comm->rank());
-  EXPECT_THROW(LocalSgd(*rep.model, *rep.opt, *comm, local(0)), ht::Error);
+  EXPECT_THROW(rep.strategy(*comm, local(0)), ht::Error);
 }
 
 TEST(LocalSgd, StateRoundTripRestoresCounters) {
@@ -330,22 +342,21 @@ TEST(LocalSgd, StateRoundTripRestoresCounters) {
   auto cfg = local(4);
   cfg.outer = ht::config::OuterOptimizer::kDiloco;
   Replica rep(comm->rank());
-  LocalSgd lsgd(*rep.model, *rep.opt, *comm, cfg);
-  for (int s = 0; s < 6; ++s) rep.train_step(lsgd, comm->rank(), s);
-  auto ints = lsgd.state_ints();
-  auto tensors = lsgd.state_tensors();
-  EXPECT_EQ(ints.at("steps"), 6);
-  EXPECT_EQ(ints.at("since_sync"), 2);
-  ASSERT_EQ(tensors.count("outer_global"), 1u);
+  auto dp = rep.strategy(*comm, cfg);
+  for (int s = 0; s < 6; ++s) rep.train_step(*dp, comm->rank(), s);
+  const ht::train::StrategyState st = dp->state();
+  EXPECT_EQ(st.ints.at("steps"), 6);
+  EXPECT_EQ(st.ints.at("since_sync"), 2);
+  ASSERT_EQ(st.shared.count("outer_global"), 1u);
   Replica rep2(comm->rank());
-  LocalSgd restored(*rep2.model, *rep2.opt, *comm, cfg);
-  restored.load_state(tensors, ints, lsgd.rank_state_tensors(), /*exact=*/true);
-  EXPECT_EQ(restored.stats().steps, 6);
-  EXPECT_EQ(restored.local_step(), 2);
-  EXPECT_EQ(restored.stats().syncs, 1);
-  EXPECT_TRUE(torch::equal(restored.state_tensors().at("outer_momentum"), tensors.at("outer_momentum")));
-  lsgd.finish();
-  restored.finish();
+  auto restored = rep2.strategy(*comm, cfg);
+  restored->load_state(st, /*same_world=*/true);
+  EXPECT_EQ(restored->stats().steps, 6);
+  EXPECT_EQ(as_local(*restored).local_step(), 2);
+  EXPECT_EQ(restored->stats().syncs, 1);
+  EXPECT_TRUE(torch::equal(restored->state().shared.at("outer_momentum"), st.shared.at("outer_momentum")));
+  dp->finish();
+  restored->finish();
 }
 
 }  // namespace

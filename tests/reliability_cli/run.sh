@@ -109,7 +109,7 @@ case "$CASE" in
     before=$(fingerprint "$WORK/base/checkpoints")
     # per-rank AdamW moments (local SGD) resumed by a run that averages gradients every step
     expect 1 moments train 2 base --resume --set train.max_steps=8
-    once moments "keeps AdamW moments per rank"
+    once moments "keeps the optimizer moments per rank"
     # a wrong global batch, a wrong width, a missing file, a damaged file
     expect 1 batch train 2 base --resume --set local_sgd.enabled=true --set train.micro_batch_size=8
     once batch "global batch"

@@ -50,7 +50,7 @@ TEST(ConfigFuzzRegression, NonAsciiTextRoundTripsThroughTheStoredToml) {
   const auto c = ht::config::load_text("", "test", {"data.path=daten/größe-東京-😀.h5", "train.output_dir=runs/é'\"x"});
   const std::string dumped = ht::config::to_toml(c);
   const auto d = ht::config::load_text(dumped, "dump", {});
-  EXPECT_EQ(d.data.path, "daten/größe-東京-😀.h5");
+  EXPECT_EQ(d.data.paths, std::vector<std::string>{"daten/größe-東京-😀.h5"});
   EXPECT_EQ(d.train.output_dir, "runs/é'\"x");
   EXPECT_EQ(ht::config::to_toml(d), dumped);
 }

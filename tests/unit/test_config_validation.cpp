@@ -38,7 +38,7 @@ TEST(Config, EnumValuesAreParsedOnce) {
   EXPECT_EQ(c.recompute.policy, ht::config::RecomputePolicy::kEveryK);
   EXPECT_EQ(c.model.task, ht::config::Task::kClassification);
   EXPECT_EQ(c.log.level, ht::log::Level::kDebug);
-  EXPECT_EQ(ht::config::choices<ht::config::ExchangeDtype>(), "fp32 | bf16 | fp16");
+  EXPECT_EQ(ht::config::choices<ht::config::ExchangeDtype>(), "fp32 | bf16 | fp16 | int8 | int4");
 }
 
 TEST(Config, RejectsEachBadValueNamingTheKey) {
@@ -85,5 +85,5 @@ TEST(Config, DumpRoundTrips) {
   std::ofstream(path) << ht::config::to_toml(c);
   auto d = ht::config::load(path, {});
   EXPECT_EQ(ht::config::to_toml(d), ht::config::to_toml(c));
-  EXPECT_EQ(d.data.path, "/tmp/x y.h5");
+  EXPECT_EQ(d.data.paths, std::vector<std::string>{"/tmp/x y.h5"});
 }

@@ -123,6 +123,9 @@ class FakeComm final : public comm::Communicator {
   void allreduce(void*, size_t, comm::DType, comm::ReduceOp) override {}
   void broadcast(void*, size_t, int) override {}
   void allgather(const void*, void*, size_t) override {}
+  void reduce_scatter(const float*, float*, size_t) override {}
+  std::unique_ptr<comm::Communicator> split(int, int) override { throw std::logic_error("FakeComm: no split"); }
+  int node_leader() const override { return 0; }
   void send(const void*, size_t, int) override { throw std::logic_error("FakeComm: no point-to-point"); }
   void recv(void*, size_t, int) override { throw std::logic_error("FakeComm: no point-to-point"); }
   [[noreturn]] void abort(int code) override { ::_exit(code); }

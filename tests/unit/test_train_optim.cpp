@@ -10,7 +10,8 @@
 #include "model/gpt.h"
 #include "train/accelerator.h"
 #include "train/evaluate.h"
-#include "train/optim.h"
+#include "train/optimizer/adamw.h"
+#include "train/optimizer/schedule.h"
 
 namespace {
 ht::model::GptOptions tiny() {
@@ -81,12 +82,12 @@ TEST(Optim, WeightDecayOnlyOnMatmulWeights) {
   ht::model::Gpt gpt(tiny());
   ht::config::TrainConfig tc;
   tc.weight_decay = 0.1;
-  auto opt = ht::train::make_adamw(*gpt, tc);
+  auto opt = ht::train::make_optimizer(tc, ht::train::optimizer_params(*gpt));
   ASSERT_EQ(opt->param_groups().size(), 2u);
   const auto& decayed = opt->param_groups()[0];
   const auto& plain = opt->param_groups()[1];
-  EXPECT_DOUBLE_EQ(static_cast<const torch::optim::AdamWOptions&>(decayed.options()).weight_decay(), 0.1);
-  EXPECT_DOUBLE_EQ(static_cast<const torch::optim::AdamWOptions&>(plain.options()).weight_decay(), 0.0);
+  EXPECT_DOUBLE_EQ(static_cast<const ht::train::GroupOptions&>(decayed.options()).weight_decay, 0.1);
+  EXPECT_DOUBLE_EQ(static_cast<const ht::train::GroupOptions&>(plain.options()).weight_decay, 0.0);
   for (const auto& p : decayed.params()) EXPECT_EQ(p.dim(), 2);
   // 2 blocks x (qkv, attn.proj, fc, mlp.proj) weights are decayed; embeddings, norms, biases are not.
   EXPECT_EQ(decayed.params().size(), 8u);
@@ -136,47 +137,135 @@ TEST(Metrics, MacroF1HandComputed) {
 }
 
 namespace {
-// 20 AdamW steps of the tiny GPT's parameters with the given kernel, on the same sequence of
-// random gradients (independent of the parameters, so that only the kernels' rounding differs).
-std::vector<torch::Tensor> adamw_run(ht::config::OptimizerImpl impl) {
+// 20 steps of the tiny GPT's parameters with the given optimizer, on the same sequence of random
+// gradients (independent of the parameters, so that only the kernels' rounding differs). The
+// reference is libtorch's own optimizer with the same parameter groups.
+struct OptRun {
+  std::vector<torch::Tensor> params, moments;
+};
+
+std::vector<torch::Tensor> random_grads(torch::nn::Module& m, at::Generator& gen) {
+  std::vector<torch::Tensor> out;
+  for (auto& p : m.parameters()) out.push_back(torch::randn(p.sizes(), gen));
+  return out;
+}
+
+OptRun ours(const ht::config::TrainConfig& tc) {
   torch::manual_seed(11);
   ht::model::Gpt gpt(tiny());
-  ht::config::TrainConfig tc;
-  tc.lr = 1e-2;
-  tc.weight_decay = 0.1;
-  tc.optimizer_impl = impl;
-  auto opt = ht::train::make_adamw(*gpt, tc);
+  auto opt = ht::train::make_optimizer(tc, ht::train::optimizer_params(*gpt));
   auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
   for (int s = 0; s < 20; ++s) {
-    for (auto& p : gpt->parameters()) p.mutable_grad() = torch::randn(p.sizes(), gen);
+    auto g = random_grads(*gpt, gen);
+    auto params = gpt->parameters();
+    for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = g[i];
     opt->step();
   }
-  std::vector<torch::Tensor> out;
-  for (const auto& p : gpt->parameters()) out.push_back(p.detach().clone());
+  OptRun r;
   for (const auto& p : gpt->parameters()) {
-    const auto& st = static_cast<torch::optim::AdamWParamState&>(*opt->state().at(p.unsafeGetTensorImpl()));
-    EXPECT_EQ(st.step(), 20);
-    out.push_back(st.exp_avg().clone());
-    out.push_back(st.exp_avg_sq().clone());
+    r.params.push_back(p.detach().clone());
+    const auto* st = opt->state_of(p);
+    EXPECT_NE(st, nullptr);
+    if (!st) continue;
+    EXPECT_EQ(st->step, 20);
+    for (const auto& m : st->moments) r.moments.push_back(m.clone());
   }
-  return out;
+  return r;
+}
+
+// torch::optim::AdamW or SGD over the same two groups (decayed matmul weights, the rest).
+OptRun reference(const ht::config::TrainConfig& tc) {
+  torch::manual_seed(11);
+  ht::model::Gpt gpt(tiny());
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const auto& p : ht::train::optimizer_params(*gpt)) (p.decay ? decay : no_decay).push_back(p.tensor);
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (tc.optimizer == ht::config::OptimizerKind::kAdamw) {
+    auto base = torch::optim::AdamWOptions(tc.lr).betas({tc.beta1, tc.beta2}).eps(tc.eps);
+    groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(base.weight_decay(tc.weight_decay)));
+    groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(base.weight_decay(0.0)));
+    opt = std::make_unique<torch::optim::AdamW>(std::move(groups), base);
+  } else {
+    auto base = torch::optim::SGDOptions(tc.lr).momentum(tc.momentum);
+    groups.emplace_back(decay, std::make_unique<torch::optim::SGDOptions>(base.weight_decay(tc.weight_decay)));
+    groups.emplace_back(no_decay, std::make_unique<torch::optim::SGDOptions>(base.weight_decay(0.0)));
+    opt = std::make_unique<torch::optim::SGD>(std::move(groups), base);
+  }
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  for (int s = 0; s < 20; ++s) {
+    auto g = random_grads(*gpt, gen);
+    auto params = gpt->parameters();
+    for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = g[i];
+    opt->step();
+  }
+  OptRun r;
+  for (const auto& p : gpt->parameters()) {
+    r.params.push_back(p.detach().clone());
+    const auto& st = *opt->state().at(p.unsafeGetTensorImpl());
+    if (tc.optimizer == ht::config::OptimizerKind::kAdamw) {
+      const auto& a = static_cast<const torch::optim::AdamWParamState&>(st);
+      r.moments.push_back(a.exp_avg().clone());
+      r.moments.push_back(a.exp_avg_sq().clone());
+    } else {
+      r.moments.push_back(static_cast<const torch::optim::SGDParamState&>(st).momentum_buffer().clone());
+    }
+  }
+  return r;
+}
+
+double worst_relative(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const auto scale = a[i].abs().max().item<double>() + 1e-30;
+    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>() / scale);
+  }
+  return worst;
+}
+
+void expect_bitwise(const OptRun& a, const OptRun& b, const char* what) {
+  ASSERT_EQ(a.params.size(), b.params.size());
+  ASSERT_EQ(a.moments.size(), b.moments.size());
+  for (size_t i = 0; i < a.params.size(); ++i) EXPECT_TRUE(torch::equal(a.params[i], b.params[i])) << what << " param " << i;
+  for (size_t i = 0; i < a.moments.size(); ++i)
+    EXPECT_TRUE(torch::equal(a.moments[i], b.moments[i])) << what << " moment " << i;
 }
 }  // namespace
 
-// foreach runs torch::optim::AdamW's arithmetic op for op: bitwise equal. fused is one kernel with
-// its own rounding order: within a few float ulp of plain after 20 steps, parameters and moments.
-TEST(Optim, AdamWKernelsAgreeWithThePlainOne) {
-  const auto plain = adamw_run(ht::config::OptimizerImpl::kPlain);
-  const auto foreach_ = adamw_run(ht::config::OptimizerImpl::kForeach);
-  const auto fused = adamw_run(ht::config::OptimizerImpl::kFused);
-  ASSERT_EQ(plain.size(), fused.size());
-  double worst = 0;
-  for (size_t i = 0; i < plain.size(); ++i) {
-    EXPECT_TRUE(torch::equal(plain[i], foreach_[i])) << "tensor " << i;
-    const auto scale = plain[i].abs().max().item<double>() + 1e-30;
-    worst = std::max(worst, (plain[i] - fused[i]).abs().max().item<double>() / scale);
-  }
+// plain runs torch::optim::AdamW's arithmetic op for op, foreach the same over lists: both bitwise
+// equal to libtorch's AdamW. fused is one kernel with its own rounding order: within a few float
+// ulp after 20 steps, parameters and moments.
+TEST(Optim, AdamWKernelsAgreeWithTorchAdamW) {
+  ht::config::TrainConfig tc;
+  tc.lr = 1e-2;
+  tc.weight_decay = 0.1;
+  const OptRun ref = reference(tc);
+  tc.optimizer_impl = ht::config::OptimizerImpl::kPlain;
+  expect_bitwise(ours(tc), ref, "plain");
+  tc.optimizer_impl = ht::config::OptimizerImpl::kForeach;
+  expect_bitwise(ours(tc), ref, "foreach");
+  tc.optimizer_impl = ht::config::OptimizerImpl::kFused;
+  const OptRun fused = ours(tc);
+  const double worst = std::max(worst_relative(ref.params, fused.params), worst_relative(ref.moments, fused.moments));
   EXPECT_LT(worst, 1e-5) << "fused AdamW drifted from plain by " << worst << " (relative to each tensor's max)";
-  EXPECT_EQ(ht::train::make_adamw(*ht::model::Gpt(tiny()), ht::config::TrainConfig{})->impl(),
-            ht::config::OptimizerImpl::kFused);  // auto
+  ht::model::Gpt gpt(tiny());
+  auto opt = ht::train::make_optimizer(ht::config::TrainConfig{}, ht::train::optimizer_params(*gpt));
+  EXPECT_EQ(dynamic_cast<ht::train::AdamW&>(*opt).impl(), ht::config::OptimizerImpl::kFused);  // auto
+  EXPECT_EQ(opt->moment_names(), (std::vector<std::string>{"exp_avg", "exp_avg_sq"}));
+}
+
+// SGD with momentum and (coupled) weight decay: bitwise libtorch's SGD, one moment per tensor.
+TEST(Optim, SgdWithMomentumEqualsTorchSgd) {
+  ht::config::TrainConfig tc;
+  tc.optimizer = ht::config::OptimizerKind::kSgd;
+  tc.lr = 0.05;
+  tc.momentum = 0.9;
+  tc.weight_decay = 0.01;
+  expect_bitwise(ours(tc), reference(tc), "sgd");
+  ht::model::Gpt gpt(tiny());
+  auto opt = ht::train::make_optimizer(tc, ht::train::optimizer_params(*gpt));
+  EXPECT_EQ(opt->kind(), ht::config::OptimizerKind::kSgd);
+  EXPECT_EQ(opt->moment_names(), std::vector<std::string>{"momentum_buffer"});
+  EXPECT_EQ(opt->state_bytes(), 0);  // no state before the first step
 }

@@ -1,5 +1,5 @@
 // Gradient buckets started from post-accumulate-grad hooks during backward (see grad_overlap.h).
-#include "train/grad_overlap.h"
+#include "train/data_parallel/grad_overlap.h"
 
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>

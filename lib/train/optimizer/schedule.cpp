@@ -1,27 +1,8 @@
-#include "train/optim.h"
+#include "train/optimizer/schedule.h"
 
 #include <cmath>
 
 namespace ht::train {
-
-std::unique_ptr<AdamW> make_adamw(torch::nn::Module& model, const config::TrainConfig& cfg) {
-  std::vector<torch::Tensor> decay, no_decay;
-  for (const auto& p : model.named_parameters()) {
-    const auto& name = p.key();
-    const bool is_embedding = name.rfind("wte.", 0) == 0 || name.rfind("wpe.", 0) == 0;
-    const bool matmul_weight = p.value().dim() == 2 && !is_embedding;
-    (matmul_weight ? decay : no_decay).push_back(p.value());
-  }
-  auto base = torch::optim::AdamWOptions(cfg.lr).betas({cfg.beta1, cfg.beta2}).eps(cfg.eps);
-  auto with_decay = std::make_unique<torch::optim::AdamWOptions>(base);
-  with_decay->weight_decay(cfg.weight_decay);
-  auto without_decay = std::make_unique<torch::optim::AdamWOptions>(base);
-  without_decay->weight_decay(0.0);
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, std::move(with_decay));
-  groups.emplace_back(no_decay, std::move(without_decay));
-  return std::make_unique<AdamW>(std::move(groups), base, cfg.optimizer_impl);
-}
 
 LrSchedule::LrSchedule(const config::TrainConfig& cfg, int64_t total_steps)
     : kind_(cfg.lr_schedule), lr_(cfg.lr), min_lr_(cfg.min_lr), warmup_(cfg.warmup_steps), total_(total_steps) {}
@@ -41,6 +22,23 @@ double LrSchedule::apply(torch::optim::Optimizer& opt, int64_t step) const {
   return lr;
 }
 
+// The norm of the per-tensor norms, as torch.nn.utils.clip_grad_norm_ computes it.
+double grad_norm_squared(const std::vector<torch::Tensor>& grads) {
+  if (grads.empty()) return 0.0;
+  std::vector<torch::Tensor> norms;
+  norms.reserve(grads.size());
+  for (const auto& g : grads) norms.push_back(g.detach().to(torch::kFloat).norm(2));
+  const double total = torch::stack(norms).norm(2).item<double>();
+  return total * total;
+}
+
+void clip_to_norm(const std::vector<torch::Tensor>& grads, double total_norm, double max_norm) {
+  if (!(max_norm > 0 && total_norm > max_norm)) return;
+  const double scale = max_norm / (total_norm + 1e-6);
+  torch::NoGradGuard no_grad;
+  for (const auto& g : grads) g.mul_(scale);
+}
+
 double clip_grad_norm(torch::nn::Module& model, double max_norm) {
   std::vector<torch::Tensor> grads;
   for (const auto& p : model.parameters())
@@ -50,11 +48,7 @@ double clip_grad_norm(torch::nn::Module& model, double max_norm) {
   norms.reserve(grads.size());
   for (const auto& g : grads) norms.push_back(g.detach().to(torch::kFloat).norm(2));
   const double total = torch::stack(norms).norm(2).item<double>();
-  if (max_norm > 0 && total > max_norm) {
-    const double scale = max_norm / (total + 1e-6);
-    torch::NoGradGuard no_grad;
-    for (auto& g : grads) g.mul_(scale);
-  }
+  clip_to_norm(grads, total, max_norm);
   return total;
 }
 

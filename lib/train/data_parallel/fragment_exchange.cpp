@@ -1,0 +1,207 @@
+// One fragment's exchange across groups (see fragment_exchange.h).
+#include "train/data_parallel/fragment_exchange.h"
+
+#include <exception>
+
+#include "comm/agree.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace ht::train {
+
+void OuterRule::apply(torch::Tensor& global, torch::Tensor& momentum_buf, const torch::Tensor& g) const {
+  if (momentum > 0) {
+    momentum_buf.mul_(momentum).add_(g);
+    if (nesterov)
+      global.sub_(g + momentum * momentum_buf, lr);
+    else
+      global.sub_(momentum_buf, lr);
+  } else {
+    global.sub_(g, lr);
+  }
+}
+
+FragmentExchange::FragmentExchange(const FragmentSetup& setup) : setup_(setup) {
+  const int64_t len = setup_.end - setup_.begin;
+  part_numel_ = len / setup_.group.size();  // the layout is padded so that every fragment splits evenly
+  part_begin_ = setup_.begin + setup_.group.rank() * part_numel_;
+  if (!setup_.whole) {
+    const auto like = torch::empty({part_numel_}, setup_.layout.flat().options());
+    own_ = std::make_unique<comm::ParamAverager>(setup_.cross, std::vector<torch::Tensor>{like}, setup_.exchange);
+  }
+  snapshot_ = torch::zeros_like(xchg().flat());
+  if (setup_.outer) {
+    global_ = torch::zeros_like(snapshot_);
+    momentum_ = torch::zeros_like(snapshot_);
+    reset_outer();
+  }
+}
+
+FragmentExchange::~FragmentExchange() = default;
+
+torch::Tensor FragmentExchange::part_of(const torch::Tensor& full) const {
+  return full.narrow(0, part_begin_, part_numel_);
+}
+
+void FragmentExchange::take_local() {
+  if (setup_.whole) return setup_.layout.pack(setup_.tensors);
+  setup_.layout.pack_range(setup_.tensors, part_begin_, part_begin_ + part_numel_);
+  own_->flat().narrow(0, 0, part_numel_).copy_(part_of(setup_.layout.flat()));
+}
+
+void FragmentExchange::reset_outer(bool keep_momentum) {
+  if (!setup_.outer) return;
+  take_local();
+  global_.copy_(xchg().flat());
+  if (!keep_momentum) momentum_.zero_();
+}
+
+void FragmentExchange::begin(bool blocking) {
+  HT_REQUIRE(!pending_, ExitCode::kRuntime, "local SGD: a fragment's exchange began while one was in flight");
+  take_local();
+  auto& flat = xchg().flat();
+  snapshot_.copy_(flat);
+  if (setup_.outer) flat.neg_().add_(global_);  // the pseudo-gradient: global - local
+  if (blocking) {
+    xchg().allreduce_mean();
+    finish_exchange(/*overlapped=*/false);
+    return;
+  }
+  xchg().start_mean();
+  pending_ = true;
+  mean_ready_ = false;
+}
+
+void FragmentExchange::progress() {
+  if (pending_ && !mean_ready_) xchg().test_mean();
+}
+
+void FragmentExchange::complete() {
+  HT_REQUIRE(pending_, ExitCode::kRuntime, "local SGD: complete() without an exchange in flight");
+  if (!mean_ready_) xchg().wait_mean();
+  finish_exchange(/*overlapped=*/true);
+}
+
+// |p_r - mean|^2 of this rank's part: plain averaging has the mean in flat; the outer rule has the
+// mean pseudo-gradient g there, and p_r - mean(p) = g - (global - p_r).
+double FragmentExchange::drift_squared() const {
+  const auto& flat = xchg().flat();
+  auto diff = setup_.outer ? (global_ - snapshot_).sub_(flat) : snapshot_ - flat;
+  return diff.square().sum(torch::kDouble).item<double>();
+}
+
+// The mean is in flat: the target is it, or the outer copy after the outer step. Blocking: the
+// target replaces the local values. Overlapped: the local values moved on since the snapshot, so
+// target - snapshot is added (the local progress is kept); the target itself must agree bitwise.
+void FragmentExchange::finish_exchange(bool overlapped) {
+  drift_sq_ = drift_squared();
+  auto& flat = xchg().flat();
+  if (setup_.outer) setup_.rule.apply(global_, momentum_, flat);
+  const torch::Tensor& target = setup_.outer ? global_ : flat;
+  pending_ = false;
+  mean_ready_ = false;
+  if (overlapped) {
+    check_consistency(target);
+    apply(target - snapshot_, /*add=*/true);
+    if (post_apply_hook) post_apply_hook();
+  } else {
+    apply(target, /*add=*/false);
+    if (post_apply_hook) post_apply_hook();
+    check_consistency(target);
+  }
+}
+
+void FragmentExchange::apply(const torch::Tensor& part, bool add) {
+  auto& layout = setup_.layout;
+  if (setup_.whole) return layout.unpack(setup_.tensors, part, add);
+  const int64_t len = setup_.end - setup_.begin;
+  torch::Tensor fragment;
+  if (add) {
+    // The deltas of every part, gathered in a scratch copy, then added to the local values.
+    fragment = torch::empty({len}, part.options());
+    fragment.narrow(0, part_begin_ - setup_.begin, part_numel_).copy_(part.narrow(0, 0, part_numel_));
+  } else {
+    part_of(layout.flat()).copy_(part.narrow(0, 0, part_numel_));
+    fragment = layout.flat().narrow(0, setup_.begin, len);
+  }
+  gather_parts(fragment);
+  layout.unpack_range(setup_.tensors, setup_.begin, setup_.end, fragment, add);
+}
+
+// fragment: the fragment's range of a layout-sized buffer holding this rank's part; afterwards it
+// holds every part of the group (in place).
+void FragmentExchange::gather_parts(const torch::Tensor& fragment) const {
+  if (setup_.group.size() == 1) return;
+  auto* base = fragment.data_ptr<float>();
+  setup_.group.allgather(base + (part_begin_ - setup_.begin), base, static_cast<size_t>(part_numel_) * 4);
+}
+
+void FragmentExchange::check_consistency(const torch::Tensor& target) {
+  checksum_ = comm::checksum({target});
+  if (setup_.consistency_check)
+    comm::verify_replicas_equal(setup_.cross, checksum_, "local SGD exchange of " + setup_.exchange.name);
+}
+
+void FragmentExchange::average_into(torch::Tensor& values, bool more_steps) {
+  torch::NoGradGuard no_grad;
+  auto part = part_of(values);
+  torch::Tensor g, m;
+  if (setup_.outer) g = global_.clone(), m = momentum_.clone();
+  if (pending_) {
+    if (!mean_ready_) xchg().wait_mean();  // the transfer ends now; the values it delivers are the same
+    mean_ready_ = true;
+    if (setup_.outer) setup_.rule.apply(g, m, xchg().flat());
+    const auto& target = setup_.outer ? g : xchg().flat();
+    part.add_((target - snapshot_).narrow(0, 0, part_numel_));
+  }
+  if (more_steps) {
+    if (!view_) {
+      auto like = torch::empty({xchg().flat().numel()}, values.options());
+      view_ = std::make_unique<comm::ParamAverager>(setup_.cross, std::vector<torch::Tensor>{like}, setup_.exchange);
+    }
+    auto& flat = view_->flat();
+    flat.narrow(0, 0, part_numel_).copy_(part);
+    if (setup_.outer) flat.neg_().add_(g);
+    view_->allreduce_mean();
+    if (setup_.outer) setup_.rule.apply(g, m, flat);
+    part.copy_((setup_.outer ? g : flat).narrow(0, 0, part_numel_));
+  }
+  if (!setup_.whole) gather_parts(values.narrow(0, setup_.begin, setup_.end - setup_.begin));
+}
+
+int64_t FragmentExchange::saved_numel() const { return setup_.whole ? setup_.layout.numel() : part_numel_; }
+
+void FragmentExchange::gather_outer(torch::Tensor& global_full, torch::Tensor& momentum_full) {
+  if (!setup_.outer) return;
+  for (auto [src, dst] : {std::pair{&global_, &global_full}, std::pair{&momentum_, &momentum_full}}) {
+    part_of(*dst).copy_(src->narrow(0, 0, part_numel_));
+    if (!setup_.whole) gather_parts(dst->narrow(0, setup_.begin, setup_.end - setup_.begin));
+  }
+}
+
+void FragmentExchange::restore_outer(const torch::Tensor& global_full, const torch::Tensor& momentum_full) {
+  if (!setup_.outer) return;
+  global_.narrow(0, 0, part_numel_).copy_(part_of(global_full));
+  momentum_.narrow(0, 0, part_numel_).copy_(part_of(momentum_full));
+}
+
+std::map<std::string, torch::Tensor> FragmentExchange::pending_state() {
+  if (!pending_) return {};
+  if (!mean_ready_) xchg().wait_mean();  // the transfer ends now instead of later; same values
+  mean_ready_ = true;
+  const int64_t n = saved_numel();
+  return {{"snapshot", snapshot_.narrow(0, 0, n).detach().cpu().clone()},
+          {"pending_mean", xchg().flat().narrow(0, 0, n).detach().cpu().clone()}};
+}
+
+void FragmentExchange::restore_pending(const torch::Tensor& snapshot, const torch::Tensor& mean) {
+  const int64_t n = saved_numel();
+  HT_REQUIRE(snapshot.numel() == n && mean.numel() == n, ExitCode::kData,
+             "local SGD: the checkpoint's exchange in flight has {} values, this run's part has {}", snapshot.numel(), n);
+  snapshot_.narrow(0, 0, n).copy_(snapshot.reshape({-1}));
+  xchg().flat().narrow(0, 0, n).copy_(mean.reshape({-1}));
+  pending_ = true;
+  mean_ready_ = true;
+}
+
+}  // namespace ht::train

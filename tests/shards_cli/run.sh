@@ -77,8 +77,9 @@ case "$CASE" in
     printf '[data]\npath = ["%s", "%s", "%s"]\n' "$WORK"/three-0000[0-2]-of-00003.h5 >"$WORK/three.toml"
     train 2 r2s3 "" --config "$WORK/three.toml"
     same_losses r2 r2s3
-    grep -q "three-00000-of-00003.h5,.*three-00002-of-00003.h5" "$WORK/r2s3/config.toml" \
-      || fail "the run's config.toml does not list the three shards"
+    # The resolved config holds the list as a list: a TOML array of the three absolute files.
+    grep -q "^path = \['$WORK/three-00000-of-00003.h5', '$WORK/three-00001-of-00003.h5', '$WORK/three-00002-of-00003.h5'\]" \
+      "$WORK/r2s3/config.toml" || { grep '^path' "$WORK/r2s3/config.toml"; fail "the run's config.toml does not list the three shards as an array"; }
     train 3 r3 "$WORK/one.h5"
     train 3 r3s3 "$WORK/three-*-of-00003.h5"
     same_losses r3 r3s3

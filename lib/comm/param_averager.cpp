@@ -229,10 +229,18 @@ double ParamAverager::pending_scale() const {
 
 void ParamAverager::copy_from_wire(bool scale) {
   if (!wire_.is_same(flat_)) {
-    if (opts_.dtype == ExchangeDType::kF32)
+    if (opts_.dtype == ExchangeDType::kF32) {
       flat_.copy_(wire_);
-    else
-      decode(wire_, opts_.dtype, opts_.quant_block, flat_);  // every chunk holds its encoded mean
+    } else {
+      // Every chunk holds its encoded mean; each chunk is its own encoding (codes, then scales).
+      const int64_t world = comm_.size();
+      for (const auto& b : buckets_) {
+        const int64_t per = b.count / world;
+        for (int64_t j = 0; j < world; ++j)
+          decode(wire_slice(wire_, b.begin + j * per, per), opts_.dtype, opts_.quant_block,
+                 flat_.narrow(0, b.begin + j * per, per));
+      }
+    }
   }
   if (scale && pending_scale() != 1.0) flat_.mul_(pending_scale());
 }

@@ -85,6 +85,8 @@ class FragmentExchange {
   void restore_pending(const torch::Tensor& snapshot, const torch::Tensor& mean);
   // Values of this fragment that the state above carries (the layout without padding when whole).
   int64_t saved_numel() const;
+  int64_t begin_offset() const { return setup_.begin; }
+  int64_t end_offset() const { return setup_.end; }
 
  private:
   comm::ParamAverager& xchg() const { return setup_.whole ? setup_.layout : *own_; }

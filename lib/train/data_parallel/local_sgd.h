@@ -52,6 +52,13 @@ class LocalSgd final : public DataParallel {
 
   // Local optimizer steps since the current cycle began (0 right after a full exchange).
   int64_t local_step() const { return cycle_; }
+  // Fragment f's range [begin, end) of the flat layout of sync_tensors() (padded at the end), and
+  // the step of the cycle at which it is exchanged.
+  size_t num_fragments() const { return fragments_.size(); }
+  std::pair<int64_t, int64_t> fragment_range(size_t f) const {
+    return {fragments_.at(f).exchange->begin_offset(), fragments_.at(f).exchange->end_offset()};
+  }
+  int64_t fragment_step(size_t f) const { return fragments_.at(f).start; }
   // Collective diagnostic: sqrt(sum over replicas |p - mean|^2 / replicas) of the current
   // parameters, with one extra average. Changes nothing; not counted in stats().
   double measure_drift();

@@ -143,6 +143,33 @@ case "$CASE" in
     expect_once "$WORK/empty.txt: no documents found"
     ls "$WORK"/x* "$WORK"/y* "$WORK"/z* >/dev/null 2>&1 && fail "a refused prepare left a file"
     ;;
+  export_generate)
+    # A checkpoint trained on 3 shards exports and generates exactly what one trained on the single
+    # file does: the stored data.path lists the shards, and --data takes a glob or a list too.
+    in=(--input "$FORTUNES/computers" --input "$FORTUNES/science" --input "$FORTUNES/people")
+    prepare 1 one.h5 "${in[@]}"
+    prepare 3 three.h5 "${in[@]}"
+    final=(--set checkpoint.save_final=true --set eval.strategy=no)
+    train 2 single "$WORK/one.h5" "${final[@]}"
+    train 2 sharded "$WORK/three-*-of-00003.h5" "${final[@]}"
+    ck() { echo "$WORK/$1/checkpoints/ckpt-00000008.h5"; }
+    gen() { expect_rc 0 "$HPCTRAIN" generate --checkpoint "$(ck "$1")" --prompt "The " --max-new-tokens 24 --temperature 0 "${@:2}"; }
+    for run in single sharded; do
+      expect_rc 0 "$HPCTRAIN" export --checkpoint "$(ck $run)" --output "$WORK/hf-$run"
+      gen $run --print-ids; grep -v 'tokens/s' "$WORK/out.txt" | grep -v '^\[' >"$WORK/gen-$run.txt"
+      [ -s "$WORK/gen-$run.txt" ] || fail "$run: generate printed no text"
+    done
+    for f in model.safetensors config.json; do
+      cmp -s "$WORK/hf-single/$f" "$WORK/hf-sharded/$f" || fail "exported $f differs between the single-file and the 3-shard run"
+    done
+    ls "$WORK/hf-sharded" | grep -q tokenizer || fail "the 3-shard export has no tokenizer"
+    cmp -s "$WORK/gen-single.txt" "$WORK/gen-sharded.txt" || fail "generate differs: $(cat "$WORK/gen-single.txt") / $(cat "$WORK/gen-sharded.txt")"
+    echo "ok: export and generate of the 3-shard checkpoint = the single file's: $(cat "$WORK/gen-sharded.txt")"
+    gen sharded --data "$WORK/three-*-of-00003.h5"
+    gen sharded --data "$WORK/three-00000-of-00003.h5,$WORK/three-00001-of-00003.h5,$WORK/three-00002-of-00003.h5"
+    expect_rc 2 "$HPCTRAIN" generate --checkpoint "$(ck sharded)" --prompt "The " --data "$WORK/three-00000-of-00003.h5"
+    expect_once "holds other data than checkpoint"
+    ;;
   *) fail "unknown case" ;;
 esac
 echo "PASS($CASE)"

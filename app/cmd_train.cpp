@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/signals.h"
+#include "train/data_parallel/data_parallel.h"
 #include "train/run_setup.h"
 #include "train/trainer.h"
 
@@ -57,6 +58,7 @@ Phases configure_train(CLI::App& sub) {
     log::set_all_ranks(args->cfg.log.all_ranks);
     if (args->dump_config) return;
     args->setup = train::resolve_run(args->cfg);
+    train::check_world(args->setup.cfg, ctx.comm.size(), ctx.comm.local_size());
     args->locks = train::prepare_output_dirs(args->setup.cfg, ctx.comm.rank() == 0);
   };
   p.run = [args](Context& ctx) -> int {

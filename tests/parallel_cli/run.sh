@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Data-parallel strategies and optimizers: bad input through the real binary. Usage: run.sh CASE.
+# Environment from ctest: HPCTRAIN, MPIEXEC, MPIEXEC_FLAGS (a ;-list), OpenMPI root variables.
+set -uo pipefail
+source "$(dirname "$0")/../support/case.sh" parallel "$1"
+
+TINY=(--set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set model.seq_len=64
+      --set train.micro_batch_size=4 --set train.max_steps=8 --set train.threads=1 --set train.device=cpu
+      --set log.every_steps=1 --set eval.strategy=no --set log.plot=false)
+# refused NP TEXT SETS...: exit 1, TEXT once for the job, no training step, nothing in the run dir.
+refused() {
+  local np=$1 text=$2; shift 2
+  local sets=()
+  for s in "$@"; do sets+=(--set "$s"); done
+  rm -rf "$WORK/run"
+  expect_rc 1 mpi "$np" "$HPCTRAIN" train --set data.path="$WORK/lm.h5" --set train.output_dir="$WORK/run" "${TINY[@]}" "${sets[@]}"
+  expect_once "$text"
+  grep -q "step *1/" "$WORK/out.txt" && fail "a rank trained before the refusal"
+  [ -z "$(find "$WORK/run" -type f ! -name '.hpctrain.lock' 2>/dev/null)" ] || fail "the refused run wrote $(find "$WORK/run" -type f)"
+  note "refused ($np ranks): $(grep -F -- "$text" "$WORK/out.txt" | head -n 1)"
+}
+
+case "$CASE" in
+  bad_keys)
+    lm_data
+    refused 2 "config key 'train.shard_optimizer': shards the optimizer state of the per-step data-parallel mode" \
+      train.shard_optimizer=true local_sgd.enabled=true
+    refused 1 "config key 'train.optimizer'" train.optimizer=lamb
+    refused 2 "config key 'local_sgd.fragments': 8 fragments of whole blocks need at least as many blocks" \
+      local_sgd.enabled=true local_sgd.fragments=8 local_sgd.steps=8
+    refused 2 "config key 'local_sgd.fragments': 3 fragments do not divide local_sgd.steps = 8" \
+      local_sgd.enabled=true local_sgd.fragments=3 local_sgd.steps=8 model.n_layer=4
+    refused 2 "config key 'local_sgd.overlap_steps': 2 must be smaller than local_sgd.steps / local_sgd.fragments = 2" \
+      local_sgd.enabled=true local_sgd.fragments=2 local_sgd.steps=4 local_sgd.overlap_steps=2
+    refused 2 "config key 'local_sgd.quant_block': 63 is odd, but local_sgd.comm_dtype = int4 packs two values per byte" \
+      local_sgd.enabled=true local_sgd.comm_dtype=int4 local_sgd.quant_block=63
+    refused 1 "config key 'local_sgd.comm_dtype'" local_sgd.comm_dtype=int2
+    ;;
+  bad_world)
+    lm_data
+    refused 2 "config key 'local_sgd.group_size': local_sgd.group_size = 3 is larger than the 2 ranks of the job" \
+      local_sgd.enabled=true local_sgd.group_size=3
+    refused 3 "config key 'local_sgd.group_size': local_sgd.group_size = 2 does not divide the 3 ranks of the job" \
+      local_sgd.enabled=true local_sgd.group_size=2
+    ;;
+  other_optimizer)
+    # A checkpoint of AdamW resumed with SGD (and one of SGD with AdamW): refused naming the key
+    # and the file; the checkpoint directory and the metrics are left exactly as they were.
+    lm_data
+    for pair in "adamw sgd exp_avg" "sgd adamw momentum_buffer"; do
+      read -r from to moment <<<"$pair"
+      run="$WORK/r-$from"
+      expect_rc 0 mpi 2 "$HPCTRAIN" train --set data.path="$WORK/lm.h5" --set train.output_dir="$run" "${TINY[@]}" \
+        --set train.optimizer="$from" --set checkpoint.every_steps=4
+      before=$(cd "$run" && find . -type f ! -name '.hpctrain.lock' -exec sha256sum {} + | sort)
+      expect_rc 1 mpi 2 "$HPCTRAIN" train --set data.path="$WORK/lm.h5" --set train.output_dir="$run" "${TINY[@]}" \
+        --set train.optimizer="$to" --set train.max_steps=12 --set checkpoint.every_steps=4 --resume
+      expect_once "config key 'train.optimizer': checkpoint $run/checkpoints/ckpt-00000008.h5 holds the optimizer state '$moment', which train.optimizer = $to does not keep"
+      after=$(cd "$run" && find . -type f ! -name '.hpctrain.lock' -exec sha256sum {} + | sort)
+      [ "$before" = "$after" ] || fail "the refused resume changed files in $run: $(diff <(echo "$before") <(echo "$after"))"
+      note "$from checkpoint resumed with $to: refused, nothing written"
+    done
+    ;;
+  *) fail "unknown case" ;;
+esac

@@ -1,6 +1,7 @@
 // Fused, GPU-aware tensor averaging (see param_averager.h for the design).
 #include "comm/param_averager.h"
 
+#include <ATen/Parallel.h>
 #include <torch/cuda.h>
 
 #include <cstdlib>
@@ -343,22 +344,49 @@ void ParamAverager::average(const std::vector<torch::Tensor>& tensors) {
   }
 }
 
+namespace {
+
+// Sum of the raw bit patterns (read as signed integers of the element's width) as int64, in one
+// read of the memory and without a converted copy: fixed-size chunks summed on intra-op threads,
+// the partial sums added in chunk order (integer addition: the result does not depend on either).
+template <typename Int>
+int64_t sum_of_bits(const Int* p, int64_t n) {
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<int64_t> partial(static_cast<size_t>(chunks), 0);
+  at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      int64_t acc = 0;
+      const int64_t stop = std::min(n, (c + 1) * kChunk);
+      for (int64_t i = c * kChunk; i < stop; ++i) acc += static_cast<int64_t>(p[i]);
+      partial[static_cast<size_t>(c)] = acc;
+    }
+  });
+  int64_t total = 0;
+  for (auto v : partial) total += v;
+  return total;
+}
+
+int64_t raw_bit_sum(const torch::Tensor& t0) {
+  auto t = t0.detach().contiguous().reshape({-1});
+  if (!t.device().is_cpu()) t = t.cpu();
+  const int64_t n = t.numel();
+  switch (t.element_size()) {
+    case 1: return sum_of_bits(static_cast<const int8_t*>(t.data_ptr()), n);
+    case 2: return sum_of_bits(static_cast<const int16_t*>(t.data_ptr()), n);
+    case 4: return sum_of_bits(static_cast<const int32_t*>(t.data_ptr()), n);
+    default: return sum_of_bits(static_cast<const int64_t*>(t.data_ptr()), n);
+  }
+}
+
+}  // namespace
+
 uint64_t checksum(const std::vector<torch::Tensor>& tensors) {
   // FNV-1a over (sum of the raw bits as int64, numel) per tensor: any single changed value changes
   // the sum; the tensor order and sizes enter through the hash chain. Costs one read of each tensor.
   uint64_t h = kFnvOffset;
-  for (const auto& t0 : tensors) {
-    auto t = t0.detach().contiguous().reshape({-1});
-    torch::ScalarType bits = torch::kLong;
-    switch (t.element_size()) {
-      case 1: bits = torch::kChar; break;
-      case 2: bits = torch::kShort; break;
-      case 4: bits = torch::kInt; break;
-      default: bits = torch::kLong; break;
-    }
-    const auto raw = t.view(bits);
-    const auto sum = static_cast<uint64_t>(raw.sum(torch::kLong).item<int64_t>());
-    for (uint64_t v : {sum, static_cast<uint64_t>(t.numel())}) {
+  for (const auto& t : tensors) {
+    for (uint64_t v : {static_cast<uint64_t>(raw_bit_sum(t)), static_cast<uint64_t>(t.numel())}) {
       h ^= v;
       h *= kFnvPrime;
     }

@@ -103,6 +103,9 @@ const std::vector<Key>& keys() {
       HT_KEY(train, early_stopping_patience,
              "stop after this many evaluations in a row without an improvement of checkpoint.best_metric; 0 = off"),
       HT_KEY(train, early_stopping_threshold, "an evaluation improves only if it beats the best by more than this"),
+      HT_KEY(train, target_eval_loss,
+             "stop (checkpoint, exit 0) after the first evaluation whose eval_loss is at or below this: time-to-"
+             "quality runs; 0 = off"),
       HT_KEY(train, sample_every_steps,
              "rank 0 logs a continuation of train.sample_prompt every N steps (private RNG: training unchanged); "
              "0 = off"),

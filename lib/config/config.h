@@ -126,6 +126,7 @@ struct TrainConfig {
   bool deterministic = false;
   int64_t early_stopping_patience = 0;   // evaluations without improvement before stopping; 0 = off
   double early_stopping_threshold = 0.0; // an improvement must exceed this (in the metric's units)
+  double target_eval_loss = 0.0;   // stop (checkpoint, exit 0) at the first evaluation at or below it; 0 = off
   int64_t sample_every_steps = 0;  // rank 0 logs a generated continuation every N steps; 0 = off
   std::string sample_prompt = "The ";
   int64_t sample_tokens = 32;      // new tokens per sample

@@ -57,6 +57,10 @@ void check_fits_in_memory(const Config& c) {
 void check_evaluation_use(const Config& c) {
   if (c.train.early_stopping_patience < 0) bad("train.early_stopping_patience", "must be >= 0 (0 = off)");
   if (!(c.train.early_stopping_threshold >= 0)) bad("train.early_stopping_threshold", "must be >= 0");
+  if (!(c.train.target_eval_loss >= 0 && std::isfinite(c.train.target_eval_loss)))
+    bad("train.target_eval_loss", "must be >= 0 (0 = off)");
+  if (c.train.target_eval_loss > 0 && c.eval.strategy == EvalStrategy::kNo)
+    bad("train.target_eval_loss", "needs evaluations, but eval.strategy = no; set eval.strategy = steps or epoch");
   const bool uses_metric = c.checkpoint.keep_best || c.train.early_stopping_patience > 0;
   if (!uses_metric) return;
   const char* user = c.checkpoint.keep_best ? "checkpoint.keep_best" : "train.early_stopping_patience";

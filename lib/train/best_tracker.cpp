@@ -20,7 +20,8 @@ BestTracker::BestTracker(const config::Config& cfg)
     : metric_(cfg.checkpoint.best_metric),
       greater_is_better_(cfg.greater_is_better()),
       patience_(cfg.train.early_stopping_patience),
-      threshold_(cfg.train.early_stopping_threshold) {}
+      threshold_(cfg.train.early_stopping_threshold),
+      target_loss_(cfg.train.target_eval_loss) {}
 
 BestTracker::Verdict BestTracker::observe(const EvalResult& r, int64_t step) {
   const double v = metric_value(r, metric_);
@@ -41,10 +42,19 @@ BestTracker::Verdict BestTracker::observe(const EvalResult& r, int64_t step) {
     }
   }
   out.stop = patience_ > 0 && evals_without_improvement_ >= patience_;
+  if (target_loss_ > 0 && std::isfinite(r.loss) && r.loss <= target_loss_ && !target_reached_) {
+    target_reached_ = true;
+    reached_loss_ = r.loss;
+    reached_step_ = step;
+  }
+  out.stop = out.stop || target_reached_;
   return out;
 }
 
 std::string BestTracker::stop_reason() const {
+  if (target_reached_)
+    return fmt::format("target reached: eval_loss {:.6g} <= train.target_eval_loss = {:.6g} at step {}", reached_loss_,
+                       target_loss_, reached_step_);
   return fmt::format("early stopping: {} has not improved by more than {} for {} evaluations (best {:.6g} at step {})",
                      config::name_of(metric_), threshold_, evals_without_improvement_, best_, best_step_);
 }

@@ -22,7 +22,7 @@ class BestTracker {
 
   struct Verdict {
     bool new_best = false;  // strictly better than every earlier evaluation
-    bool stop = false;      // patience exhausted (early stopping on)
+    bool stop = false;      // patience exhausted (early stopping on), or train.target_eval_loss reached
   };
   // Records the evaluation at `step`. A non-finite value never improves.
   Verdict observe(const EvalResult& r, int64_t step);
@@ -43,6 +43,10 @@ class BestTracker {
   config::EvalMetric metric_;
   bool greater_is_better_;
   int64_t patience_;
+  double target_loss_ = 0.0;     // train.target_eval_loss
+  bool target_reached_ = false;
+  double reached_loss_ = 0.0;
+  int64_t reached_step_ = 0;
   double threshold_;
   bool has_best_ = false;
   double best_ = 0.0;

@@ -27,6 +27,12 @@ double macro_f1(const std::vector<int64_t>& confusion, int64_t num_labels) {
 
 namespace {
 
+void add_samples(const torch::Tensor& per_sample, EvalSums& sums) {
+  sums.sample_sum += per_sample.sum().item<double>();
+  sums.sample_sq += per_sample.square().sum().item<double>();
+  sums.samples += per_sample.numel();
+}
+
 void accumulate_batch(model::Gpt& gpt, const data::Batch& batch, const torch::Device& device, EvalSums& sums) {
   auto input = batch.input.to(device);
   auto target = batch.target.to(device);
@@ -35,6 +41,9 @@ void accumulate_batch(model::Gpt& gpt, const data::Batch& batch, const torch::De
     auto logits = gpt->class_logits(input, batch.mask.to(device)).to(torch::kFloat);
     auto loss = torch::nn::functional::cross_entropy(
         logits, target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    auto per_sample = torch::nn::functional::cross_entropy(
+        logits, target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone)).to(torch::kDouble);
+    add_samples(per_sample, sums);
     auto pred = logits.argmax(-1);
     sums.loss_sum += loss.item<double>();
     sums.correct += pred.eq(target).sum().item<int64_t>();
@@ -49,6 +58,9 @@ void accumulate_batch(model::Gpt& gpt, const data::Batch& batch, const torch::De
     auto tflat = target.reshape({-1});
     auto loss = torch::nn::functional::cross_entropy(
         flat, tflat, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    auto per_token = torch::nn::functional::cross_entropy(
+        flat, tflat, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    add_samples(per_token.view({target.size(0), -1}).to(torch::kDouble).mean(1), sums);
     sums.loss_sum += loss.item<double>();
     sums.correct += flat.argmax(-1).eq(tflat).sum().item<int64_t>();
     sums.count += tflat.size(0);
@@ -72,7 +84,9 @@ EvalResult evaluate(model::Gpt& gpt, data::EvalReader& reader, comm::Communicato
   // One reduction of [loss_sum, correct, count, confusion...] as doubles (exact for counts < 2^53).
   std::vector<double> buf = {sums.loss_sum, static_cast<double>(sums.correct), static_cast<double>(sums.count)};
   for (auto c : sums.confusion) buf.push_back(static_cast<double>(c));
+  buf.insert(buf.end(), {sums.sample_sum, sums.sample_sq, static_cast<double>(sums.samples)});
   comm.allreduce(buf.data(), buf.size(), comm::DType::kF64, comm::ReduceOp::kSum);
+  const double n = buf[buf.size() - 1], mean = buf[buf.size() - 3] / std::max(1.0, n);
 
   EvalResult r;
   r.task = num_labels > 0 ? config::Task::kClassification : config::Task::kCausalLm;
@@ -80,6 +94,8 @@ EvalResult evaluate(model::Gpt& gpt, data::EvalReader& reader, comm::Communicato
   if (r.count == 0) return r;
   r.loss = buf[0] / buf[2];
   r.accuracy = buf[1] / buf[2];
+  r.samples = static_cast<int64_t>(n);
+  if (n > 1) r.loss_stderr = std::sqrt(std::max(0.0, (buf[buf.size() - 2] - n * mean * mean) / (n - 1)) / n);
   if (num_labels > 0) {
     std::vector<int64_t> confusion(sums.confusion.size());
     for (size_t i = 0; i < confusion.size(); ++i) confusion[i] = static_cast<int64_t>(buf[3 + i]);

@@ -23,11 +23,18 @@ struct EvalResult {
   double f1 = 0.0;          // classification: macro F1 over labels
   int64_t count = 0;        // tokens (LM) or samples (classification) evaluated
   int64_t labels_present = 0;  // classification: distinct true labels among the evaluated samples
+  // Standard error of `loss` as an estimate over samples (sequences for the LM: their tokens are
+  // not independent): the sample standard deviation of the per-sample mean losses / sqrt(samples).
+  // Differences between runs smaller than about two of these are noise.
+  double loss_stderr = 0.0;
+  int64_t samples = 0;
 };
 
 // Sums gathered per rank; reduced over ranks by evaluate().
 struct EvalSums {
   double loss_sum = 0.0;
+  double sample_sum = 0.0, sample_sq = 0.0;  // per-sample mean losses, for the standard error
+  int64_t samples = 0;
   int64_t correct = 0;
   int64_t count = 0;
   std::vector<int64_t> confusion;  // num_labels x num_labels, [true][pred]

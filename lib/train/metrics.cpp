@@ -61,11 +61,12 @@ void report_step(MetricsWriter& metrics, const StepReport& r, const SyncStats& s
 void report_eval(MetricsWriter& metrics, const EvalResult& r, int64_t step, int64_t epoch, double seconds,
                  const char* reason) {
   nlohmann::json line = {{"step", step},           {"epoch", epoch},         {"eval_loss", r.loss},
-                         {"eval_accuracy", r.accuracy}, {"eval_count", r.count}, {"eval_seconds", seconds}};
+                         {"eval_accuracy", r.accuracy}, {"eval_count", r.count}, {"eval_seconds", seconds},
+                         {"eval_loss_stderr", r.loss_stderr}, {"eval_samples", r.samples}};
   if (r.task == config::Task::kCausalLm) {
     line["eval_perplexity"] = r.perplexity;
-    HT_INFO("eval ({}) step {} | eval_loss {:.4f} | perplexity {:.2f} | accuracy {:.4f} | {} tokens", reason, step,
-            r.loss, r.perplexity, r.accuracy, r.count);
+    HT_INFO("eval ({}) step {} | eval_loss {:.4f} (stderr {:.4f} over {} sequences) | perplexity {:.2f} | accuracy "
+            "{:.4f} | {} tokens", reason, step, r.loss, r.loss_stderr, r.samples, r.perplexity, r.accuracy, r.count);
   } else {
     line["eval_f1"] = r.f1;
     HT_INFO("eval ({}) step {} | eval_loss {:.4f} | accuracy {:.4f} | macro-F1 {:.4f} | {} samples", reason, step,

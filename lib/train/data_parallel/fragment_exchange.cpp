@@ -29,12 +29,21 @@ FragmentExchange::FragmentExchange(const FragmentSetup& setup) : setup_(setup) {
     const auto like = torch::empty({part_numel_}, setup_.layout.flat().options());
     own_ = std::make_unique<comm::ParamAverager>(setup_.cross, std::vector<torch::Tensor>{like}, setup_.exchange);
   }
-  snapshot_ = torch::zeros_like(xchg().flat());
+  if (setup_.overlapped) snapshot_ = torch::zeros_like(xchg().flat());
+  sample_scale_ = static_cast<double>(part_numel_) / static_cast<double>(std::max<int64_t>(1, sampled(xchg().flat()).numel()));
   if (setup_.outer) {
-    global_ = torch::zeros_like(snapshot_);
-    momentum_ = torch::zeros_like(snapshot_);
+    global_ = torch::zeros_like(xchg().flat());
+    momentum_ = torch::zeros_like(xchg().flat());
     reset_outer();
   }
+}
+
+// The first 1024 of every 16 x 1024 values of the part (all of a part shorter than that).
+torch::Tensor FragmentExchange::sampled(const torch::Tensor& part) const {
+  constexpr int64_t kBlock = 1024, kEvery = 16;
+  const int64_t rows = part_numel_ / (kBlock * kEvery);
+  if (rows == 0) return part.narrow(0, 0, part_numel_);
+  return part.narrow(0, 0, rows * kBlock * kEvery).view({rows, kBlock * kEvery}).narrow(1, 0, kBlock);
 }
 
 FragmentExchange::~FragmentExchange() = default;
@@ -60,7 +69,10 @@ void FragmentExchange::begin(bool blocking) {
   HT_REQUIRE(!pending_, ExitCode::kRuntime, "local SGD: a fragment's exchange began while one was in flight");
   take_local();
   auto& flat = xchg().flat();
-  snapshot_.copy_(flat);
+  if (snapshot_.defined())
+    snapshot_.copy_(flat);
+  else
+    sample_ = sampled(flat).clone();
   if (setup_.outer) flat.neg_().add_(global_);  // the pseudo-gradient: global - local
   if (blocking) {
     xchg().allreduce_mean();
@@ -86,8 +98,12 @@ void FragmentExchange::complete() {
 // mean pseudo-gradient g there, and p_r - mean(p) = g - (global - p_r).
 double FragmentExchange::drift_squared() const {
   const auto& flat = xchg().flat();
-  auto diff = setup_.outer ? (global_ - snapshot_).sub_(flat) : snapshot_ - flat;
-  return diff.square().sum(torch::kDouble).item<double>();
+  if (snapshot_.defined()) {
+    auto diff = setup_.outer ? (global_ - snapshot_).sub_(flat) : snapshot_ - flat;
+    return diff.square().sum(torch::kDouble).item<double>();
+  }
+  auto diff = setup_.outer ? (sampled(global_) - sample_).sub_(sampled(flat)) : sample_ - sampled(flat);
+  return diff.square().sum(torch::kDouble).item<double>() * sample_scale_;
 }
 
 // The mean is in flat: the target is it, or the outer copy after the outer step. Blocking: the

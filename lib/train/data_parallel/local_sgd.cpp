@@ -74,8 +74,9 @@ LocalSgd::LocalSgd(torch::nn::Module& model, comm::Communicator& comm, const con
   const int64_t len = layout_->padded_numel() / F;
   for (int64_t f = 0; f < F; ++f) {
     if (F > 1) exchange.name = fmt::format("fragment {} of {}", f + 1, F);
-    FragmentSetup setup{comm_, *group_, *cross_, *layout_, sync_set_, f * len, (f + 1) * len, exchange, outer,
-                        outer_rule(cfg_), whole, cfg_.consistency_check};
+    FragmentSetup setup{comm_,         *group_, *cross_, *layout_, sync_set_, f * len, (f + 1) * len,
+                        exchange,      outer,   outer_rule(cfg_),  whole,    cfg_.consistency_check,
+                        cfg_.overlap_steps > 0};
     Fragment frag;
     frag.exchange = std::make_unique<FragmentExchange>(setup);
     frag.start = (f + 1) * cfg_.steps / F;

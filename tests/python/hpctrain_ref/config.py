@@ -12,7 +12,7 @@ DEFAULTS = {
               "epochs": 1, "lr": 3e-4, "min_lr": 3e-5, "warmup_steps": 0, "lr_schedule": "cosine",
               "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "grad_clip": 1.0, "seed": 42,
               "device": "auto", "autocast": "none", "threads": 0, "nan_policy": "stop", "peak_flops": 0.0,
-              "deterministic": False},
+              "deterministic": False, "target_eval_loss": 0.0},
     "eval": {"strategy": "epoch", "every_steps": 0, "batch_size": 16, "max_batches": 0},
     "recompute": {"policy": "none", "k": 1, "first_n": 0},
     "local_sgd": {"enabled": False, "steps": 8, "warmup_steps": 0, "average_buffers": True,
@@ -47,6 +47,8 @@ def _assign(cfg, name, value):
     elif isinstance(default, float):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         value = float(value) if ok else value
+    elif name == "data.path" and isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
+        value, ok = value[0], True  # hpctrain prints data.path as a list; the reference reads one file
     else:
         ok = isinstance(value, str)
     if not ok:

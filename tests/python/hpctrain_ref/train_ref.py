@@ -8,6 +8,10 @@ written with the Python stack a user would otherwise pick. Variants (--variant):
 launched with torchrun (python -m torch.distributed.run --nproc_per_node W -m hpctrain_ref.train_ref ...).
 Rank 0 writes <out>/metrics.jsonl (one line per step, fields named as ours), every rank writes
 <out>/summary-rank<r>.json (peak RSS, bytes communicated, val loss). Exit 3 on a non-finite loss.
+With eval.strategy = steps it also evaluates every eval.every_steps steps (the averaged model of the
+local SGD variants, computed on a copy: the training goes on unchanged) on the same seeded subset as
+hpctrain, outside the step timing, and stops at the first evaluation at or below
+train.target_eval_loss (> 0), as hpctrain does: time-to-quality runs.
 """
 import argparse
 import contextlib
@@ -202,6 +206,8 @@ class Run:
                     metrics.write(json.dumps(line) + "\n")
                     metrics.flush()
                 lines.append(line)
+                if self.periodic_eval(step + 1, metrics):
+                    break
         ls = self.cfg["local_sgd"]
         last = self.total - 1  # PeriodicModelAverager averages after step indices warmup, warmup + N, ...
         if self.args.variant == "pma" and (last < ls["warmup_steps"] or (last - ls["warmup_steps"]) % ls["steps"]):
@@ -210,6 +216,34 @@ class Run:
         if metrics:
             metrics.close()
         return lines
+
+    def periodic_eval(self, step, metrics):
+        """Evaluation every eval.every_steps steps (strategy steps); True when the target is reached."""
+        e, t = self.cfg["eval"], self.cfg["train"]
+        if e["strategy"] != "steps" or e["every_steps"] <= 0 or step % e["every_steps"]:
+            return False
+        t0 = time.perf_counter()
+        own = None
+        if self.world > 1 and self.args.variant in ("pma", "accel"):
+            # The replicas may differ between averages: evaluate their mean, then put each back.
+            own = [p.detach().clone() for p in self.gpt.parameters()]
+            self.stats.paused = True
+            with torch.no_grad():
+                for p in self.gpt.parameters():
+                    dist.all_reduce(p.data)
+                    p.data /= self.world
+            self.stats.paused = False
+        loss, stderr, samples = self.evaluate(with_stderr=True)
+        if own is not None:
+            with torch.no_grad():
+                for p, o in zip(self.gpt.parameters(), own):
+                    p.copy_(o)
+        self.gpt.train()
+        if metrics:
+            metrics.write(json.dumps({"step": step, "eval_loss": loss, "eval_loss_stderr": stderr,
+                                      "eval_samples": samples, "eval_seconds": time.perf_counter() - t0}) + "\n")
+            metrics.flush()
+        return t["target_eval_loss"] > 0 and loss is not None and loss <= t["target_eval_loss"]
 
     def clip(self, max_norm):
         params = self.gpt.parameters()
@@ -224,16 +258,16 @@ class Run:
             return self.param_bytes * self.steps_done
         return self.stats.allreduce_bytes
 
-    def evaluate(self):
+    def evaluate(self, with_stderr=False):
         e = self.cfg["eval"]
         if e["strategy"] == "no":
-            return None
+            return (None, None, 0) if with_stderr else None
         ds = Dataset(self.cfg["data"]["path"], "val", self.seq_len)
         # eval.max_batches > 0: the same seeded subset of max_batches x batch_size global samples as
         # data::EvalReader, split across ranks; 0: the whole split.
         subset = eval_subset(ds.size, e["max_batches"] * e["batch_size"], self.cfg["data"]["seed"])
         lo, hi = eval_shard(len(subset), self.world, self.rank)
-        sums = torch.zeros(3, dtype=torch.float64)
+        sums = torch.zeros(6, dtype=torch.float64)  # loss sum, -, tokens, per-sequence sum, squares, sequences
         self.gpt.eval()
         with torch.no_grad():
             pos = lo
@@ -243,13 +277,24 @@ class Run:
                 n = y.numel()
                 sums[0] += self.gpt(x, y, mask).double() * n
                 sums[2] += n
+                if with_stderr:
+                    for i in range(len(ids)):  # per-sequence mean loss, as hpctrain's stderr
+                        li = float(self.gpt(x[i:i + 1], y[i:i + 1], mask[i:i + 1] if mask is not None else None))
+                        sums[3] += li
+                        sums[4] += li * li
+                        sums[5] += 1
                 pos += len(ids)
         self.stats.paused = True
         if self.world > 1:
             dist.all_reduce(sums)
         self.stats.paused = False
         ds.close()
-        return float(sums[0] / sums[2]) if sums[2] > 0 else None
+        loss = float(sums[0] / sums[2]) if sums[2] > 0 else None
+        if not with_stderr:
+            return loss
+        n = float(sums[5])
+        var = (float(sums[4]) - n * (float(sums[3]) / n) ** 2) / (n - 1) if n > 1 else 0.0
+        return loss, math.sqrt(max(0.0, var) / n) if n > 1 else None, int(n)
 
     def run(self):
         os.makedirs(self.args.out, exist_ok=True)

@@ -1,0 +1,441 @@
+#!/usr/bin/env python3
+"""Time to quality across capped links: wall-clock seconds until the eval loss reaches PyTorch DDP's
+own eval loss at step --target-step, on the emulated cluster (jobs/cluster/emulate.sh, root).
+
+  jobs/bench/time_to_quality.py --nodes 4 --links 20mbit,100mbit --seeds 1,2 \
+      --modes ddp,pma8,accel8,dp,lsgd8,stream16-i4,diloco8 --out runs/ttq
+  jobs/bench/time_to_quality.py --nodes 2 --ranks-per-node 2 --links 20mbit --modes ddp,hier8-i4 --out runs/ttq-hier
+
+Per (link, seed): PyTorch DDP (tests/python/hpctrain_ref, torchrun per node, gloo) trains --target-step
+steps; its eval loss there is the target and its time to the target is its training time to that
+step. Every other mode then trains with the same model, initial weights, data order (data.seed =
+seed) and learning rate until an evaluation is at or below the target (hpctrain:
+train.target_eval_loss; the reference variants: the same key) or until its training time exceeds
+--budget x DDP's time (then "not reached"). The learning rate is constant after a linear warmup
+(train.lr_schedule = constant), so where a mode stops does not change its schedule. Evaluations
+(every --eval-every steps, on the whole seeded --eval-batches subset of the validation split, the
+same for all) are not counted as training time: time = the sum of the step seconds each run logs.
+
+Reported per mode (mean over seeds, and per seed in the CSV): time to target and its ratio to DDP,
+steps to target, payload bytes to target (bytes this rank handed to MPI up to that step, across
+groups only for the hierarchical mode), the eval loss at DDP's time to target, the compute-bound
+ratio (time to target / (steps to target x the step time without communication, measured by a
+run that never exchanges)), and the evaluation's standard error. Plot: eval loss against training
+seconds, one curve per mode, one panel per link (seed 1).
+"""
+import argparse
+import csv
+import datetime
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import scaling_emulate as se  # noqa: E402  (the emulated cluster, the reference runs, init weights)
+
+LSGD = ["local_sgd.enabled=true"]
+# name: (kind, hpctrain --set overrides or reference variant, local SGD N of the reference)
+MODES = {
+    "ddp": ("ref", "ddp", 1),
+    "pma8": ("ref", "pma", 8),
+    "accel8": ("ref", "accel", 8),
+    "dp": ("ours", ["local_sgd.enabled=false"], 1),
+    "dp-overlap": ("ours", ["local_sgd.enabled=false", "local_sgd.overlap_grad_allreduce=true"], 1),
+    "lsgd8": ("ours", LSGD + ["local_sgd.steps=8"], 8),
+    "lsgd16": ("ours", LSGD + ["local_sgd.steps=16"], 16),
+    "lsgd8-i8": ("ours", LSGD + ["local_sgd.steps=8", "local_sgd.comm_dtype=int8"], 8),
+    "lsgd8-i4": ("ours", LSGD + ["local_sgd.steps=8", "local_sgd.comm_dtype=int4"], 8),
+    "stream8-i4": ("ours", LSGD + ["local_sgd.steps=8", "local_sgd.fragments=2", "local_sgd.overlap_steps=1",
+                                  "local_sgd.comm_dtype=int4"], 8),
+    "stream8-i8": ("ours", LSGD + ["local_sgd.steps=8", "local_sgd.fragments=2", "local_sgd.overlap_steps=1",
+                                  "local_sgd.comm_dtype=int8"], 8),
+    "stream16-i4": ("ours", LSGD + ["local_sgd.steps=16", "local_sgd.fragments=4", "local_sgd.overlap_steps=1",
+                                   "local_sgd.comm_dtype=int4"], 16),
+    "diloco8": ("ours", LSGD + ["local_sgd.steps=8", "local_sgd.outer=diloco"], 8),
+    "diloco8-paper": ("ours", LSGD + ["local_sgd.steps=8", "local_sgd.outer=diloco", "local_sgd.outer_lr=0.7",
+                                     "local_sgd.outer_momentum=0.9"], 8),
+    "hier8-i4": ("ours", LSGD + ["local_sgd.steps=8", "local_sgd.group_size=0", "local_sgd.fragments=2",
+                                "local_sgd.overlap_steps=1", "local_sgd.comm_dtype=int4"], 8),
+    "hier8": ("ours", LSGD + ["local_sgd.steps=8", "local_sgd.group_size=0"], 8),
+}
+NOCOMM = LSGD + ["local_sgd.steps=1000000"]  # never exchanges: the compute-only step time
+
+BASE = """
+[model]
+n_layer = {n_layer}
+n_head = 4
+d_model = {d_model}
+seq_len = {seq_len}
+[data]
+path = "{data}"
+seed = {seed}
+[train]
+micro_batch_size = {micro_batch}
+max_steps = {steps}
+lr = {lr}
+min_lr = 0.0
+warmup_steps = {lr_warmup}
+lr_schedule = "constant"
+weight_decay = 0.1
+grad_clip = 1.0
+threads = 1
+seed = 42
+device = "cpu"
+target_eval_loss = {target}
+[eval]
+strategy = "steps"
+every_steps = {eval_every}
+batch_size = 16
+max_batches = {eval_batches}
+[checkpoint]
+every_steps = 0
+save_final = false
+[log]
+every_steps = 1
+plot = false
+"""
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--hpctrain", default=os.path.join(se.ROOT, "build", "bin", "hpctrain"))
+    p.add_argument("--python", help="interpreter with torch + accelerate (default: the setup-python.sh venv)")
+    p.add_argument("--data", help="causal-lm dataset (default: Debian's fortunes prepared into --out)")
+    p.add_argument("--out", default="runs/ttq")
+    p.add_argument("--nodes", type=int, default=4)
+    p.add_argument("--ranks-per-node", type=int, default=1)
+    p.add_argument("--links", default="20mbit,100mbit")
+    p.add_argument("--modes", default="ddp,pma8,accel8,dp,lsgd8,stream16-i4,diloco8",
+                   help=f"of {', '.join(MODES)}; or NAME:key=value,key=value for a custom hpctrain mode")
+    p.add_argument("--seeds", default="1,2", help="data.seed values (data order)")
+    p.add_argument("--target-step", type=int, default=64, help="DDP's eval loss at this step is the target")
+    p.add_argument("--budget", type=float, default=1.5, help="stop a mode after this x DDP's time to target")
+    p.add_argument("--max-steps", type=int, default=0, help="step cap for every mode (default 4 x --target-step)")
+    p.add_argument("--eval-every", type=int, default=8)
+    p.add_argument("--eval-batches", type=int, default=0, help="0 = the whole validation split")
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--lr-warmup", type=int, default=16)
+    p.add_argument("--n-layer", type=int, default=4)
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--micro-batch", type=int, default=16)
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per run, start-up included")
+    p.add_argument("--port", type=int, default=29690)
+    p.add_argument("--nocomm-steps", type=int, default=24)
+    a = p.parse_args(argv)
+    a.links = a.links.split(",")
+    a.seeds = [int(s) for s in a.seeds.split(",")]
+    modes = []
+    for m in a.modes.split(","):
+        if ":" in m:
+            name, sets = m.split(":", 1)
+            MODES[name] = ("ours", sets.split("+"), 1)
+            m = name
+        if m not in MODES:
+            p.error(f"unknown mode {m}; known: {', '.join(MODES)}")
+        modes.append(m)
+    if "ddp" not in modes:
+        modes.insert(0, "ddp")
+    a.modes = modes
+    a.max_steps = a.max_steps or 4 * a.target_step
+    a.command = "jobs/bench/time_to_quality.py " + " ".join(argv)
+    return a
+
+
+def write_config(a, name, seed, steps, target):
+    path = os.path.join(a.out, f"{name}.toml")
+    with open(path, "w") as f:
+        f.write(BASE.format(data=a.data, seed=seed, steps=steps, n_layer=a.n_layer, d_model=a.d_model,
+                            seq_len=a.seq_len, micro_batch=a.micro_batch, lr=a.lr, lr_warmup=a.lr_warmup,
+                            target=target, eval_every=a.eval_every, eval_batches=a.eval_batches))
+    return path
+
+
+def watch(procs, metrics_path, budget_s, timeout):
+    """Waits for the run; SIGTERM (hpctrain checkpoints and exits 75) once its training seconds exceed budget_s."""
+    t0 = time.time()
+    stopped = False
+    while any(p.poll() is None for p in procs):
+        if time.time() - t0 > timeout:
+            for p in procs:
+                p.kill()
+            raise se.RunFailed(f"timed out after {timeout}s")
+        if budget_s and not stopped and os.path.exists(metrics_path):
+            cum = 0.0
+            for line in open(metrics_path):
+                try:
+                    cum += json.loads(line).get("step_seconds", 0.0)
+                except json.JSONDecodeError:
+                    pass
+            if cum > budget_s:
+                for p in procs:
+                    p.send_signal(signal.SIGTERM)
+                stopped = True
+        time.sleep(0.5)
+    return stopped, time.time() - t0
+
+
+def run_mode(a, mode, name, seed, target, budget_s, steps):
+    kind, what, n_local = MODES[mode]
+    out = os.path.join(a.out, "runs", name)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out, exist_ok=True)
+    cfg = write_config(a, name, seed, steps, target)
+    env = se.env_base()
+    np_ = a.nodes * a.ranks_per_node
+    if kind == "ours":
+        cmd = [se.EMU, "mpirun", "-np", str(np_), "-x", "OMP_NUM_THREADS=1", a.hpctrain, "train", "--config", cfg,
+               "--set", f"train.output_dir={out}", *what]
+        procs = [subprocess.Popen(cmd, stdout=open(out + ".log", "w"), stderr=subprocess.STDOUT, env=env)]
+    else:
+        env.update(GLOO_SOCKET_IFNAME="eth0", TP_SOCKET_IFNAME="eth0")
+        sets = [f"local_sgd.steps={n_local}"] if what != "ddp" else []
+        py = [a.python, "-m", "torch.distributed.run", "--nnodes", str(a.nodes), "--nproc_per_node",
+              str(a.ranks_per_node), "--master_addr", "10.77.0.1", "--master_port", str(a.port), "--max_restarts", "0"]
+        ref = ["-m", "hpctrain_ref.train_ref", "--config", cfg, "--variant", what, "--out", out, "--init", a.init,
+               *sum((["--set", s] for s in sets), [])]
+        procs = [subprocess.Popen([se.EMU, "exec", f"node{k + 1}", *py, "--node_rank", str(k), *ref],
+                                  stdout=open(f"{out}.node{k + 1}.log", "w"), stderr=subprocess.STDOUT, env=env)
+                 for k in range(a.nodes)]
+    before = se.wire_bytes()
+    stopped, wall = watch(procs, os.path.join(out, "metrics.jsonl"), budget_s, a.timeout)
+    wire = sum(v - before.get(k, 0) for k, v in se.wire_bytes().items())
+    bad = [p.returncode for p in procs if p.returncode not in (0, 75) and not (stopped and p.returncode < 0)]
+    if bad:
+        raise se.RunFailed(f"exit {bad} (logs {out}*.log)")
+    rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
+    return summarize(rows, target, wire, wall, stopped)
+
+
+def summarize(rows, target, wire, wall, stopped):
+    cum, t = {}, 0.0
+    steps = [r for r in rows if "step_seconds" in r]
+    for r in steps:
+        t += r["step_seconds"]
+        cum[r["step"]] = t
+    evals = [(r["step"], r["eval_loss"], r.get("eval_loss_stderr")) for r in rows if "eval_loss" in r]
+    by_step = {r["step"]: r for r in steps}
+    s = {"cum": cum, "evals": evals, "wire": wire, "wall": wall, "stopped_by_budget": stopped,
+         "steps": len(steps), "train_s": t}
+    hit = next(((st, l) for st, l, _ in evals if target and l <= target), None)
+    if hit:
+        r = by_step.get(hit[0], {})
+        s.update(tts=cum.get(hit[0]), tts_step=hit[0],
+                 bytes_to_target=r.get("bytes_sent", 0) - r.get("inner_bytes_sent", 0))
+    s["stderr"] = statistics.median(e for _, _, e in evals if e is not None) if any(e for _, _, e in evals) else None
+    return s
+
+
+def loss_at(s, seconds):
+    """The mode's latest eval loss at or before `seconds` of training."""
+    best = None
+    for st, l, _ in s["evals"]:
+        if s["cum"].get(st, math.inf) <= seconds:
+            best = l
+    return best
+
+
+def nocomm_step_s(a, seed):
+    name = "nocomm"
+    out = os.path.join(a.out, "runs", name)
+    shutil.rmtree(out, ignore_errors=True)
+    cfg = write_config(a, name, seed, a.nocomm_steps, 0.0)
+    cmd = [se.EMU, "mpirun", "-np", str(a.nodes * a.ranks_per_node), "-x", "OMP_NUM_THREADS=1", a.hpctrain, "train",
+           "--config", cfg, "--set", f"train.output_dir={out}", "eval.strategy=no", *NOCOMM]
+    se.sh(cmd, out + ".log", a.timeout)
+    rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if "step_seconds" in l]
+    return statistics.median(r["step_seconds"] for r in rows[4:])
+
+
+def fmt(x, spec="{:.1f}"):
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else spec.format(x)
+
+
+def report(a, results, started, nocomm):
+    lines = [f"Measured {started} on {os.uname().nodename} ({os.cpu_count()} cores), {a.nodes} emulated node(s) x "
+             f"{a.ranks_per_node} rank(s), model {a.n_layer} x {a.d_model}, seq_len {a.seq_len}, micro-batch "
+             f"{a.micro_batch}/rank, lr {a.lr} constant after {a.lr_warmup} warmup steps; target = DDP's eval loss at "
+             f"step {a.target_step}; budget {a.budget} x DDP's time; evaluations every {a.eval_every} steps "
+             f"({'the whole validation split' if a.eval_batches == 0 else f'{a.eval_batches} batches of 16'}); "
+             f"seeds {a.seeds}.", "", f"Command: `{a.command}`", "",
+             "| link | mode | time to target s | vs DDP | steps to target | payload MB to target | vs DDP bytes | "
+             "loss at DDP's time | compute-bound ratio | eval stderr |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for link in a.links:
+        for mode in a.modes:
+            per = [results.get((link, mode, seed)) for seed in a.seeds]
+            ddp = [results.get((link, "ddp", seed)) for seed in a.seeds]
+            ok = [p for p in per if p and "error" not in p]
+            if not ok:
+                err = next((p.get("error") for p in per if p), "not run")
+                lines.append(f"| {link} | {mode} | FAILED: {err} | | | | | | | |")
+                continue
+            reached = [p for p in ok if p.get("tts")]
+            tts = statistics.mean(p["tts"] for p in reached) if len(reached) == len(ok) else None
+            ratios = [d["tts"] / p["tts"] for p, d in zip(per, ddp) if p and d and p.get("tts") and d.get("tts")]
+            bratio = [d["bytes_to_target"] / p["bytes_to_target"] for p, d in zip(per, ddp)
+                      if p and d and p.get("bytes_to_target") and d.get("bytes_to_target")]
+            steps = statistics.mean(p["tts_step"] for p in reached) if reached else None
+            mb = statistics.mean(p["bytes_to_target"] for p in reached) / 1e6 if reached else None
+            at = [loss_at(p, d["tts"]) for p, d in zip(per, ddp) if p and d and d.get("tts")]
+            at = [x for x in at if x is not None]
+            cb = tts / (steps * nocomm[link]) if tts and steps and nocomm.get(link) else None
+            note = "" if len(reached) == len(ok) else f" (reached in {len(reached)} of {len(ok)} seeds)"
+            lines.append(
+                f"| {link} | {mode} | {fmt(tts)}{note} | {fmt(statistics.mean(ratios), '{:.2f}x') if ratios else '-'} | "
+                f"{fmt(steps, '{:.0f}')} | {fmt(mb, '{:.2f}')} | {fmt(statistics.mean(bratio), '{:.0f}x') if bratio else '-'} | "
+                f"{fmt(statistics.mean(at), '{:.4f}') if at else '-'} | {fmt(cb, '{:.2f}')} | "
+                f"{fmt(statistics.median(p['stderr'] for p in ok if p.get('stderr')), '{:.4f}') if any(p.get('stderr') for p in ok) else '-'} |")
+    lines += ["", "time to target: training seconds (sum of step seconds; evaluations and start-up excluded) to the "
+              "first evaluation at or below the target, mean over the seeds; vs DDP: mean of DDP's time / the mode's "
+              "per seed. payload: bytes one rank handed to MPI up to that step (hierarchical: across groups only; "
+              "DDP: the gradient bytes of its steps). compute-bound ratio: time to target / (steps to target x the "
+              "step time of a run that never exchanges: " +
+              ", ".join(f"{l} {fmt(nocomm.get(l), '{:.3f}')} s" for l in a.links) + "). eval stderr: standard error of "
+              "one evaluation over its sequences (median over evaluations); differences between modes on the same "
+              "fixed evaluation set are paired and vary less."]
+    return "\n".join(lines)
+
+
+def plot(a, results):
+    pngs = []
+    dat = os.path.join(a.out, "ttq.dat")
+    with open(dat, "w") as f:
+        for link in a.links:
+            for mode in a.modes:
+                s = results.get((link, mode, a.seeds[0]))
+                f.write(f"# {link} {mode}\n")
+                if s and "evals" in s:
+                    for st, l, _ in s["evals"]:
+                        if st in s["cum"]:
+                            f.write(f"{s['cum'][st]:.2f} {l:.5f}\n")
+                f.write("\n\n")
+    png = os.path.join(a.out, "ttq.png")
+    blocks, panels = 0, []
+    for link in a.links:
+        curves = []
+        for mode in a.modes:
+            curves.append(f"'{dat}' index {blocks} u 1:2 w lp pt 7 ps 0.5 t '{mode}'")
+            blocks += 1
+        target = statistics.mean(results[(link, "ddp", s)]["target"] for s in a.seeds
+                                 if (link, "ddp", s) in results and "target" in results[(link, "ddp", s)]) \
+            if any((link, "ddp", s) in results for s in a.seeds) else None
+        tl = f"{target:.4f}" if target else "?"
+        panels.append(f"set title '{link}: eval loss against training seconds (target {tl})'\n"
+                      + (f"set arrow from graph 0, first {target} to graph 1, first {target} nohead dt 2\n" if target else "")
+                      + "plot " + ", ".join(curves) + "\nunset arrow")
+    script = f"""set terminal pngcairo size {600 * len(a.links)},480 noenhanced font ',9'
+set output '{png}'
+set multiplot layout 1,{len(a.links)} title 'hpctrain vs PyTorch: time to quality, {a.nodes} node(s) x {a.ranks_per_node} rank(s), seed {a.seeds[0]}'
+set xlabel 'training seconds (evaluations excluded)'; set ylabel 'eval loss'; set grid; set key top right font ',8'
+set logscale x; set format x '%g'
+{chr(10).join(panels)}
+unset multiplot
+"""
+    try:
+        subprocess.run(["gnuplot"], input=script, text=True, check=True, capture_output=True)
+        pngs.append(png)
+    except (OSError, subprocess.CalledProcessError) as e:
+        se.log(f"gnuplot failed: {e}")
+    return pngs
+
+
+def write_csv(a, results):
+    with open(os.path.join(a.out, "ttq.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["link", "mode", "seed", "target", "tts_s", "tts_step", "bytes_to_target", "train_s", "steps",
+                    "final_eval_loss", "stderr", "wire_bytes", "stopped_by_budget", "error"])
+        for (link, mode, seed), s in sorted(results.items()):
+            w.writerow([link, mode, seed, s.get("target"), s.get("tts"), s.get("tts_step"), s.get("bytes_to_target"),
+                        s.get("train_s"), s.get("steps"), s["evals"][-1][1] if s.get("evals") else None,
+                        s.get("stderr"), s.get("wire"), s.get("stopped_by_budget"), s.get("error")])
+
+
+def main(argv):
+    a = parse(argv)
+    if os.geteuid() != 0:
+        sys.exit("time_to_quality.py: must run as root (the emulated cluster needs network namespaces)")
+    a.hpctrain = os.path.abspath(a.hpctrain)
+    a.out = os.path.abspath(a.out)
+    os.makedirs(os.path.join(a.out, "runs"), exist_ok=True)
+    a.python = se.venv_python(a.python)
+    if not a.python:
+        sys.exit("time_to_quality.py: the Python environment is missing; run ./scripts/setup-python.sh")
+    a.data = os.path.abspath(a.data or os.path.join(a.out, "fortunes.h5"))
+    if not os.path.exists(a.data):
+        se.sh([a.hpctrain, "prepare", "--input", "/usr/share/games/fortunes", "--output", a.data],
+              os.path.join(a.out, "prepare.log"), 600)
+    # The reference starts from our initial weights (scaling_emulate.init_weights reads a.cfg).
+    a.cfg = write_config(a, "init", a.seeds[0], 1, 0.0)
+    a.init = se.init_weights(a)
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    results, nocomm = {}, {}
+    try:
+        for link in a.links:
+            se.emu("down", check=False)
+            se.emu("up", "--nodes", str(a.nodes), "--link", link, "--ranks-per-node", str(a.ranks_per_node))
+            nocomm[link] = nocomm_step_s(a, a.seeds[0])
+            se.log(f"{link}: compute-only step {nocomm[link]:.3f} s")
+            for seed in a.seeds:
+                ddp = results[(link, "ddp", seed)] = run_mode(a, "ddp", f"{link}-ddp-s{seed}", seed, 0.0, 0,
+                                                            a.target_step)
+                hit = next(((st, l) for st, l, _ in ddp["evals"] if st >= a.target_step), None)
+                if not hit:
+                    raise se.RunFailed(f"DDP logged no evaluation at step {a.target_step}: --target-step must be a "
+                                       f"multiple of --eval-every")
+                target = hit[1]
+                ddp.update(target=target, tts=ddp["cum"][hit[0]], tts_step=hit[0])
+                ddp["bytes_to_target"] = ddp.get("bytes_to_target") or ddp_bytes(a, link, seed, hit[0])
+                se.log(f"{link} seed {seed}: target {target:.4f} (DDP step {hit[0]}, {ddp['tts']:.1f} s)")
+                for mode in a.modes:
+                    if mode == "ddp":
+                        continue
+                    name = f"{link}-{mode}-s{seed}"
+                    try:
+                        s = run_mode(a, mode, name, seed, target, a.budget * ddp["tts"], a.max_steps)
+                        s["target"] = target
+                        results[(link, mode, seed)] = s
+                        se.log(f"{name}: {'reached at step %d, %.1f s (%.2fx DDP)' % (s['tts_step'], s['tts'], ddp['tts'] / s['tts']) if s.get('tts') else 'NOT reached'}")
+                    except se.RunFailed as e:
+                        results[(link, mode, seed)] = {"error": str(e), "evals": []}
+                        se.log(f"{name}: FAILED {e}")
+                write_outputs(a, results, started, nocomm)
+    finally:
+        se.emu("down", check=False)
+    text = write_outputs(a, results, started, nocomm)
+    pngs = plot(a, results)
+    with open(os.path.join(a.out, "ttq.md"), "a") as f:
+        f.write("".join(f"\n![{os.path.basename(p)}]({os.path.basename(p)})\n" for p in pngs))
+    print(text)
+    return 0
+
+
+def ddp_bytes(a, link, seed, step):
+    """DDP's payload up to `step`: its metrics line's bytes_sent (the gradient bytes of every step)."""
+    path = os.path.join(a.out, "runs", f"{link}-ddp-s{seed}", "metrics.jsonl")
+    for line in open(path):
+        r = json.loads(line)
+        if r.get("step") == step and "bytes_sent" in r:
+            return r["bytes_sent"]
+    return None
+
+
+def write_outputs(a, results, started, nocomm):
+    text = report(a, results, started, nocomm)
+    with open(os.path.join(a.out, "ttq.md"), "w") as f:
+        f.write(text + "\n")
+    write_csv(a, results)
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump({f"{k[0]}|{k[1]}|{k[2]}": {kk: vv for kk, vv in v.items() if kk != "cum"} for k, v in results.items()},
+                  f, indent=1)
+    return text
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

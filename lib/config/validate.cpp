@@ -72,6 +72,16 @@ void check_evaluation_use(const Config& c) {
                                   "eval_accuracy or eval_f1");
 }
 
+// A key documented as a file name inside train.output_dir: with a '/' (an absolute path, a '..' or a
+// subdirectory) the file would land elsewhere, outside the directory the run owns and locks.
+void check_name_inside_output_dir(const std::string& key, const std::string& name) {
+  if (name.empty()) bad(key, "must not be empty");
+  if (name.find('/') != std::string::npos || name == "." || name == "..")
+    bad(key, fmt::format("'{}' is not a file name: it names a file inside train.output_dir, so it may not contain "
+                         "'/' (no directories, no '..', not an absolute path)",
+                         name));
+}
+
 }  // namespace
 
 void validate(const Config& c) {
@@ -135,7 +145,7 @@ void validate(const Config& c) {
   if (c.checkpoint.every_steps < 0) bad("checkpoint.every_steps", "must be >= 0");
   if (c.checkpoint.keep < 2) bad("checkpoint.keep", "must be >= 2 so a damaged newest file has a fallback");
   if (c.log.every_steps < 1) bad("log.every_steps", "must be >= 1");
-  if (c.log.metrics_file.empty()) bad("log.metrics_file", "must not be empty");
+  check_name_inside_output_dir("log.metrics_file", c.log.metrics_file);
   if (c.train.autocast == Autocast::kBf16 && c.recompute.policy == RecomputePolicy::kSelective)
     bad("recompute.policy", "selective does not support train.autocast = bf16 (its hand-written linear backward is "
                             "fp32); use full or every_k with autocast");

@@ -37,6 +37,11 @@ bool is_checkpoint_entry(const std::string& name) {
   return (starts_with(name, "ckpt-") || starts_with(name, "best-")) && name.find(".h5") != std::string::npos;
 }
 
+// Any other HDF5 file (a dataset): an export never holds one, so the directory is not an export.
+bool is_hdf5_entry(const std::string& name) {
+  return name.size() > 3 && name.compare(name.size() - 3, 3, ".h5") == 0;
+}
+
 // What a training run writes into train.output_dir besides its checkpoints.
 bool is_run_entry(const std::string& name) {
   return name == "metrics.jsonl" || name == "config.toml" || name == "checkpoints";
@@ -54,13 +59,15 @@ std::string protection(const std::string& out, const std::string& checkpoint) {
   const std::string dir = fs::absolute_path(out), file = fs::absolute_path(checkpoint);
   if (file == dir || dir == "/" || starts_with(file, (dir + "/").c_str()))
     return fmt::format("it holds the checkpoint being exported ({})", checkpoint);
-  std::vector<std::string> ckpts, run;
+  std::vector<std::string> ckpts, run, hdf5;
   for (const auto& name : entries(out)) {
     if (is_checkpoint_entry(name)) ckpts.push_back(name);
     else if (is_run_entry(name)) run.push_back(name);
+    else if (is_hdf5_entry(name)) hdf5.push_back(name);
   }
   if (!ckpts.empty()) return fmt::format("it holds checkpoints ({})", first_few(ckpts));
   if (!run.empty()) return fmt::format("it is a training run directory ({})", first_few(run));
+  if (!hdf5.empty()) return fmt::format("it holds HDF5 files, which an export never does ({})", first_few(hdf5));
   return "";
 }
 

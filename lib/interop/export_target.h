@@ -8,8 +8,9 @@
 namespace ht::interop {
 
 // Throws ht::Error(kUsage) naming --output and the reason when `out` (an existing directory) holds
-// the checkpoint `checkpoint` (or is it), holds checkpoint files or pointers, or is a run
-// directory. Reads only directory entries; call before reading the checkpoint.
+// the checkpoint `checkpoint` (or is it), holds checkpoint files or pointers, is a run directory,
+// or holds other HDF5 files (datasets). Reads only directory entries; call before reading the
+// checkpoint.
 void require_replaceable_output(const std::string& out, const std::string& checkpoint);
 
 // A new empty directory `<out>.tmp-<pid>-<n>` beside out, made by mkdir(0755) like any directory

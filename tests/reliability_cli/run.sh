@@ -264,11 +264,15 @@ PY
     mkdir "$WORK/pointer" && cp "$WORK/run/checkpoints/latest" "$WORK/pointer/"
     expect 1 pointer "$HPCTRAIN" export --checkpoint "$good" --output "$WORK/pointer" --force
     exactly pointer "--force refused for --output $WORK/pointer: it holds checkpoints (latest)"
+    mkdir "$WORK/data" && cp "$WORK/lm.h5" "$WORK/data/"
+    expect 1 data "$HPCTRAIN" export --checkpoint "$good" --output "$WORK/data" --force
+    exactly data "--force refused for --output $WORK/data: it holds HDF5 files, which an export never does (lm.h5)"
+    [ -f "$WORK/data/lm.h5" ] || fail "a refused export removed the dataset"
     [ "$(fingerprint "$WORK/run")" = "$before" ] && [ "$(cat "$WORK/run/checkpoints/latest")" = "$latest" ] \
       || fail "a refused export changed the run's checkpoints"
     [ -f "$WORK/pointer/latest" ] && [ -f "$WORK/other/metrics.jsonl" ] || fail "a refused export removed files"
     [ -z "$(ls -d "$WORK"/*.tmp-* "$WORK"/*/*.tmp-* "$WORK"/*.old-* 2>/dev/null)" ] || fail "temporary directories left"
-    note "after 7 refused exports every checkpoint and pointer is still there, byte-identical"
+    note "after 8 refused exports every checkpoint, pointer and dataset is still there, byte-identical"
     # what --force is for: a previous export
     expect 0 first "$HPCTRAIN" export --checkpoint "$good" --output "$WORK/hf"
     expect 0 replace mpi 2 "$HPCTRAIN" export --checkpoint "$good" --output "$WORK/hf" --force

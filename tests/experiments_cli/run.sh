@@ -202,7 +202,10 @@ PY
     mkdir "$WORK/bin"
     printf '#!/bin/sh\nkill -USR1 $PPID $$\nexec %s "$@"\n' "$(command -v gnuplot)" >"$WORK/bin/gnuplot"
     chmod +x "$WORK/bin/gnuplot"
-    PATH="$WORK/bin:$PATH" train 1 run --set train.max_steps=2 --set log.every_steps=1 --set eval.strategy=no
+    # Without mpirun: mpirun started by its absolute path puts its own bin directory first in PATH.
+    expect_rc 0 env PATH="$WORK/bin:$PATH" "$HPCTRAIN" train --set data.path="$WORK/lm.h5" \
+      --set train.output_dir="$WORK/run" "${TINY[@]}" --set train.max_steps=2 --set log.every_steps=1 \
+      --set eval.strategy=no
     expect_once "plot: $WORK/run/loss.png"
     grep -q "no plot drawn" "$WORK/out.txt" && fail "the signal cost the plot"
     [ -s "$WORK/run/loss.png" ] || fail "no loss.png"

@@ -27,7 +27,9 @@ Phases configure_export(CLI::App& sub) {
       ->check(CLI::IsMember({"hf"}));
   sub.add_option("--data", args->options.data_path,
                  "dataset whose tokenizer goes along; default: the data.path stored in the checkpoint");
-  sub.add_flag("--force", args->options.force, "replace a non-empty --output directory");
+  sub.add_flag("--force", args->options.force,
+               "replace a non-empty --output directory (a previous export; never one holding checkpoints, a run "
+               "directory or the --checkpoint file)");
   Phases p;
   // Local work of rank 0 in the set-up phase: its outcome (and message) reaches every rank there.
   p.setup = [args](Context& ctx) {

@@ -13,18 +13,19 @@ Phases configure_plot(CLI::App& sub) {
   auto opts = std::make_shared<train::PlotOptions>();
   sub.add_option("run_dirs", opts->run_dirs, "run directories (train.output_dir), each with a metrics.jsonl")
       ->required();
-  sub.add_option("--output", opts->output_dir, "directory of the PNGs; default: the first run directory");
+  sub.add_option("--output", opts->output_dir, "directory of the PNGs (created if missing); default: the first run "
+                 "directory");
   sub.add_option("--metrics-file", opts->metrics_file, "metrics file name inside each run directory");
   sub.add_option("--timeout", opts->timeout_s, "seconds gnuplot may take");
   Phases p;
-  p.setup = [opts](Context&) {
+  // Local work of rank 0 in the set-up phase: its outcome (and message) reaches every rank there,
+  // so a bad file or --output is reported once, also under mpirun.
+  p.setup = [opts](Context& ctx) {
     if (opts->output_dir.empty()) opts->output_dir = opts->run_dirs.front();
-  };
-  p.run = [opts](Context& ctx) -> int {
-    if (ctx.comm.rank() != 0) return 0;
+    if (ctx.comm.rank() != 0) return;
     for (const auto& png : train::plot_runs(*opts)) std::cout << "plot: wrote " << png << "\n";
-    return 0;
   };
+  p.run = [](Context&) { return 0; };
   return p;
 }
 

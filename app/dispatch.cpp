@@ -3,6 +3,7 @@
 #include <iostream>
 #include <vector>
 
+#include "app/command_line_limit.h"
 #include "app/commands.h"
 #include "core/hash.h"
 #include "core/error.h"
@@ -51,6 +52,11 @@ std::string unknown_subcommand(int argc, char** argv, const std::vector<Command>
 void register_command(Command c) { registry().push_back(std::move(c)); }
 
 int run_main(int argc, char** argv) {
+  // Before MPI_Init, which fails on such a command line without a word of ours (one process: once).
+  if (const std::string too_long = command_line_too_long(argc, argv); !too_long.empty()) {
+    std::cerr << too_long << "\n";
+    return static_cast<int>(ExitCode::kUsage);
+  }
   comm::MpiSession mpi(&argc, &argv);
   auto comm = comm::make_mpi_world();
   log::init(comm->rank(), comm->size());

@@ -76,7 +76,7 @@ void check_evaluation_use(const Config& c) {
                                   "eval_accuracy or eval_f1");
 }
 
-// The data-parallel keys that need no world size (those that do: train/data_parallel/check.h).
+// The data-parallel keys that need no world size (those that do: train::check_world).
 void check_data_parallel(const Config& c) {
   const LocalSgdConfig& l = c.local_sgd;
   if (c.train.shard_optimizer && l.enabled)
@@ -98,6 +98,16 @@ void check_data_parallel(const Config& c) {
                                                "(a fragment's exchange must land before the next one starts)",
                                                l.overlap_steps, l.steps / l.fragments));
   if (l.group_size < 0) bad("local_sgd.group_size", "must be >= 0 (0 = the ranks of one node, 1 = flat)");
+}
+
+// A key documented as a file name inside train.output_dir: with a '/' (an absolute path, a '..' or a
+// subdirectory) the file would land elsewhere, outside the directory the run owns and locks.
+void check_name_inside_output_dir(const std::string& key, const std::string& name) {
+  if (name.empty()) bad(key, "must not be empty");
+  if (name.find('/') != std::string::npos || name == "." || name == "..")
+    bad(key, fmt::format("'{}' is not a file name: it names a file inside train.output_dir, so it may not contain "
+                         "'/' (no directories, no '..', not an absolute path)",
+                         name));
 }
 
 }  // namespace
@@ -165,7 +175,7 @@ void validate(const Config& c) {
   if (c.checkpoint.every_steps < 0) bad("checkpoint.every_steps", "must be >= 0");
   if (c.checkpoint.keep < 2) bad("checkpoint.keep", "must be >= 2 so a damaged newest file has a fallback");
   if (c.log.every_steps < 1) bad("log.every_steps", "must be >= 1");
-  if (c.log.metrics_file.empty()) bad("log.metrics_file", "must not be empty");
+  check_name_inside_output_dir("log.metrics_file", c.log.metrics_file);
   if (c.train.autocast == Autocast::kBf16 && c.recompute.policy == RecomputePolicy::kSelective)
     bad("recompute.policy", "selective does not support train.autocast = bf16 (its hand-written linear backward is "
                             "fp32); use full or every_k with autocast");

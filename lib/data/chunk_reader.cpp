@@ -103,7 +103,8 @@ void ChunkReader::read_layout(hid_t file, hid_t ds) {
   if (layout != H5D_CHUNKED) {  // contiguous or compact: small, hold it in memory (read by HDF5 here)
     contiguous_.resize(static_cast<size_t>(rows_) * row_bytes);
     io::Handle type(HT_H5_CHECK(H5Dget_type(ds)), H5Tclose);
-    if (!contiguous_.empty()) HT_H5_CHECK(H5Dread(ds, type.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, contiguous_.data()));
+    if (!contiguous_.empty() && H5Dread(ds, type.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, contiguous_.data()) < 0)
+      io::fail_read(file, dataset_, "");
     return;
   }
   const int nfilters = H5Pget_nfilters(dcpl.id());

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "data/hf_tokenizer.h"
+#include "interop/export_target.h"
 #include "interop/hf_gpt2.h"
 #include "interop/saved_model.h"
 #include "io/safetensors.h"
@@ -87,6 +88,7 @@ ExportReport export_hf(const ExportOptions& o) {
   HT_REQUIRE(state != "file", ExitCode::kUsage, "export: --output {} exists and is not a directory", out);
   HT_REQUIRE(state != "full" || o.force, ExitCode::kUsage,
              "export: --output {} exists and is not empty; pass --force to replace it", out);
+  if (state == "full") require_replaceable_output(out, o.checkpoint);
 
   SavedModel m = load_saved_model(o.checkpoint);
   const data::Tokenizer tok = saved_tokenizer(m, o.data_path);
@@ -96,15 +98,12 @@ ExportReport export_hf(const ExportOptions& o) {
 
   const std::string parent = fs::parent_dir(out).empty() ? "." : fs::parent_dir(out);
   fs::make_dirs(parent);
-  std::string tmpl = out + ".tmp-XXXXXX";
-  HT_REQUIRE(::mkdtemp(tmpl.data()) != nullptr, ExitCode::kData, "export: cannot create a directory beside {}: {}",
-             out, std::strerror(errno));
-  const std::string tmp = tmpl;
+  const std::string tmp = make_temp_dir_beside(out);
   try {
     write_directory(tmp, m, tok, r);
     std::string old;
     if (!state.empty()) {  // move the old directory aside first: rename cannot replace a non-empty one
-      old = out + ".old-" + tmp.substr(tmp.size() - 6);
+      old = out + ".old" + tmp.substr(out.size() + 4);
       HT_REQUIRE(::rename(out.c_str(), old.c_str()) == 0, ExitCode::kData, "export: cannot replace {}: {}", out,
                  std::strerror(errno));
     }

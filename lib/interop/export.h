@@ -21,7 +21,9 @@ struct ExportReport {
   int64_t step = 0;
 };
 
-// Refuses (kUsage) an existing non-empty output_dir without force, before reading anything.
+// Refuses (kUsage) an existing non-empty output_dir without force, and with force one that holds
+// checkpoints, a run or the checkpoint itself (export_target.h), before reading anything. The
+// directory gets the mode mkdir gives (0755 under the umask), its files 0644 under the umask.
 // Throws ht::Error naming the file or option at fault.
 ExportReport export_hf(const ExportOptions& o);
 

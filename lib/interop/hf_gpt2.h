@@ -50,8 +50,9 @@ struct Gpt2Config {
   double layer_norm_epsilon = 0.0;
   bool tie_word_embeddings = true, scale_attn_weights = true, scale_attn_by_inverse_layer_idx = false;
 };
-// Reads <dir>/config.json. Throws ht::Error(kUsage) naming `what` and the file when it is missing,
-// not JSON, not model_type gpt2, or lacks a field.
+// Reads <dir>/config.json (hf_config.cpp). Throws ht::Error naming `what` and the file: kUsage when
+// it is missing or not model_type gpt2; kData (a malformed file) when it is not JSON, lacks a field
+// or holds a field of the wrong JSON type ("n_embd": "768"), naming the field and the type expected.
 Gpt2Config read_gpt2_config(const std::string& dir, const std::string& what);
 // Refuses (kUsage), naming `what` and the first differing field, a config whose model is not the
 // one `o` builds: "model.init_from X: n_layer is 2 in config.json, 4 in the config".

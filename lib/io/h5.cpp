@@ -34,6 +34,21 @@ std::string file_name(hid_t loc) {
   return name;
 }
 
+std::string object_name(hid_t id) {
+  const ssize_t n = H5Iget_name(id, nullptr, 0);
+  if (n <= 0) return "?";
+  std::string name(static_cast<size_t>(n) + 1, '\0');
+  H5Iget_name(id, name.data(), name.size());
+  name.resize(static_cast<size_t>(n));
+  return name;
+}
+
+void fail_read(hid_t loc, const std::string& name, const std::string& part) {
+  H5Eclear2(H5E_DEFAULT);
+  HT_FAIL(ExitCode::kData, "{}: dataset '{}'{}: read failed (checksum mismatch or damaged data)",
+          file_name(loc), name, part);
+}
+
 namespace {
 // Elements in a dataspace (scalar: 1), for reads into fixed-size buffers.
 hssize_t element_count(hid_t space) {
@@ -160,7 +175,7 @@ std::string read_string(hid_t loc, const std::string& name) {
   HT_REQUIRE(n > 0 && n <= (size_t{1} << 30), ExitCode::kData, "{}: dataset '{}' has an implausible string size {}",
              file_name(loc), name, n);
   std::string out(n, '\0');
-  HT_H5_CHECK(H5Dread(ds.id(), type.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()));
+  if (H5Dread(ds.id(), type.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0) fail_read(loc, name, "");
   out.resize(std::min(out.size(), out.find('\0')));
   return out;
 }
@@ -247,8 +262,7 @@ void require_within_file(hid_t loc, const std::string& name, const DatasetInfo& 
 
 void read_raw(hid_t loc, const std::string& name, hid_t mem_type, void* out) {
   Handle ds = open_dataset(loc, name);
-  if (H5Dread(ds.id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
-    HT_FAIL(ExitCode::kData, "dataset '{}': read failed (checksum mismatch or damaged data)", name);
+  if (H5Dread(ds.id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) fail_read(loc, name, "");
 }
 
 template <typename T>
@@ -268,15 +282,16 @@ void read_rows(hid_t dataset, hsize_t start, hsize_t count, T* out) {
   const int rank = HT_H5_CHECK(H5Sget_simple_extent_ndims(fspace.id()));
   std::vector<hsize_t> dims(static_cast<size_t>(rank));
   HT_H5_CHECK(H5Sget_simple_extent_dims(fspace.id(), dims.data(), nullptr));
-  HT_REQUIRE(rank >= 1 && start + count <= dims[0], ExitCode::kData, "row range [{}, {}) outside a dataset of {} rows",
-             start, start + count, rank >= 1 ? dims[0] : 0);
+  HT_REQUIRE(rank >= 1 && start + count <= dims[0], ExitCode::kData,
+             "{}: dataset '{}': row range [{}, {}) outside a dataset of {} rows", file_name(dataset),
+             object_name(dataset), start, start + count, rank >= 1 ? dims[0] : 0);
   std::vector<hsize_t> offset(dims.size(), 0), extent = dims;
   offset[0] = start;
   extent[0] = count;
   HT_H5_CHECK(H5Sselect_hyperslab(fspace.id(), H5S_SELECT_SET, offset.data(), nullptr, extent.data(), nullptr));
   Handle mspace(HT_H5_CHECK(H5Screate_simple(rank, extent.data(), nullptr)), H5Sclose);
   if (H5Dread(dataset, native_type<T>(), mspace.id(), fspace.id(), H5P_DEFAULT, out) < 0)
-    HT_FAIL(ExitCode::kData, "rows [{}, {}): read failed (checksum mismatch or damaged chunk)", start, start + count);
+    fail_read(dataset, object_name(dataset), fmt::format(" rows [{}, {})", start, start + count));
 }
 
 #define HT_INSTANTIATE(T)                                                  \

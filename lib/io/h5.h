@@ -123,6 +123,11 @@ ObjectInfo object_info(hid_t loc, const std::string& name);
 
 // The name of the file an HDF5 location belongs to, for messages ("?" when unknown).
 std::string file_name(hid_t loc);
+// The path of an object inside its file ("/train/tokens"; "?" when unknown), for messages.
+std::string object_name(hid_t id);
+// Throws ht::Error(kData) for a failed H5Dread of dataset `name` (found from loc): "<file>: dataset
+// '<name>'<part>: read failed (checksum mismatch or damaged data ...)". part: "" or " rows [a, b)".
+[[noreturn]] void fail_read(hid_t loc, const std::string& name, const std::string& part);
 
 // Silences HDF5's automatic error stack printing for this process (our messages replace it).
 void quiet_hdf5_errors();

@@ -8,10 +8,14 @@
 namespace ht::model {
 namespace {
 
-// One next token from logits [V] (fp32, on any device).
+// One next token from logits [V] (fp32, on any device). The scaling is done in double after
+// subtracting the maximum: every scaled logit is then <= 0, so a tiny temperature (1e-300) sends
+// the others to -inf (probability 0) instead of overflowing fp32 to inf - inf = nan; the most
+// likely tokens keep 0, so sampling becomes greedy in the limit, as it should.
 int64_t pick(torch::Tensor logits, const SamplingOptions& o, at::Generator& gen) {
   if (o.temperature == 0.0) return logits.argmax().item<int64_t>();
-  logits = logits.to(torch::kCPU, torch::kFloat) / o.temperature;
+  logits = logits.to(torch::kCPU, torch::kDouble);
+  logits = (logits - logits.max()) / o.temperature;
   if (o.top_k > 0 && o.top_k < logits.size(0)) {
     const auto kth = std::get<0>(logits.topk(o.top_k)).min();
     logits = logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());
@@ -33,12 +37,13 @@ void check_sampling(const GptImpl& gpt, int64_t prompt_tokens, const SamplingOpt
   const int64_t room = gpt.options().max_seq_len;
   HT_REQUIRE(o.max_new_tokens >= 1, ExitCode::kUsage, "--max-new-tokens {} must be >= 1", o.max_new_tokens);
   HT_REQUIRE(prompt_tokens >= 1, ExitCode::kUsage, "the prompt encodes to no token");
-  HT_REQUIRE(prompt_tokens + o.max_new_tokens <= room, ExitCode::kUsage,
+  // Compared as room - prompt: prompt + max_new_tokens overflows for counts near 2^63.
+  HT_REQUIRE(prompt_tokens <= room && o.max_new_tokens <= room - prompt_tokens, ExitCode::kUsage,
              "--max-new-tokens {}: the prompt ({} tokens) + {} new tokens exceed the model's position table "
              "(model.max_seq_len = {}); at most {} new tokens fit",
              o.max_new_tokens, prompt_tokens, o.max_new_tokens, room, std::max<int64_t>(room - prompt_tokens, 0));
   HT_REQUIRE(o.temperature >= 0.0 && std::isfinite(o.temperature), ExitCode::kUsage,
-             "--temperature {} must be >= 0 (0 = greedy)", o.temperature);
+             "--temperature {} must be a finite number >= 0 (0 = greedy)", o.temperature);
   HT_REQUIRE(o.top_k >= 0, ExitCode::kUsage, "--top-k {} must be >= 0 (0 = no limit)", o.top_k);
   HT_REQUIRE(o.top_p > 0.0 && o.top_p <= 1.0, ExitCode::kUsage, "--top-p {} must be in (0, 1]", o.top_p);
 }

@@ -1,23 +1,17 @@
 #include "train/plot.h"
 
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
-#include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <thread>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/log.h"
-
-extern char** environ;
+#include "train/gnuplot.h"
 
 namespace ht::train {
 namespace {
@@ -41,8 +35,56 @@ std::string quoted(const std::string& s) {
   return out + "'";
 }
 
+// A field of a metrics line that is there with another type than a number (e.g. "loss": null,
+// which is how JSON writes a NaN loss): the line is skipped, not the whole plot.
+struct WrongField {
+  std::string text;  // field "loss" is null (null), expected a number
+};
+
+double number(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end()) throw WrongField{fmt::format("field \"{}\" is missing", key)};
+  const auto& v = *it;
+  if (v.is_number()) return v.get<double>();
+  std::string shown = v.dump();
+  if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
+  const std::string type = v.type_name();  // "string", "boolean", "null", "array", "object"
+  throw WrongField{fmt::format("field \"{}\" is {}{} ({}), expected a number", key,
+                               type == "null" ? "" : type[0] == 'a' || type[0] == 'o' ? "an " : "a ", type, shown)};
+}
+
+// One metrics line as the columns below: false when it is no metrics object (a torn last line).
+// Throws WrongField before anything is written, so a bad line leaves no half row.
+bool extract_line(const std::string& line, RunCurves& c, std::ofstream& train, std::ofstream& eval,
+                  std::ofstream& epochs, double& tokens_per_step, int64_t& train_lines) {
+  const auto j = nlohmann::json::parse(line, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("step")) return false;
+  const double step = number(j, "step");
+  if (j.contains("loss") && j.contains("tokens_seen")) {
+    const double tokens = number(j, "tokens_seen"), loss = number(j, "loss");
+    if (step > 0) tokens_per_step = tokens / step;
+    train << step << ' ' << tokens << ' ' << loss << '\n';
+    ++train_lines;
+  }
+  if (j.contains("eval_loss")) {
+    const double eval_loss = number(j, "eval_loss");
+    const bool cls = j.contains("eval_f1");
+    const double f1 = cls ? number(j, "eval_f1") : 0.0, accuracy = cls ? number(j, "eval_accuracy") : 0.0;
+    const double epoch = cls && j.contains("epoch") ? number(j, "epoch") : 0.0;
+    // Evaluation lines carry no token count; every step consumes the same global batch.
+    eval << step << ' ' << step * tokens_per_step << ' ' << eval_loss << '\n';
+    if (cls) {
+      c.classification = true;
+      epochs << epoch << ' ' << accuracy << ' ' << f1 << '\n';
+    }
+  }
+  return true;
+}
+
 // Splits metrics.jsonl into whitespace-separated columns gnuplot reads: train "step tokens loss",
-// eval "step tokens eval_loss", per-epoch "epoch accuracy f1" (classification).
+// eval "step tokens eval_loss", per-epoch "epoch accuracy f1" (classification). A torn line is
+// skipped silently (a crashed run's last line); a line with a field of the wrong type is skipped
+// with one warning per file naming file:line and the field.
 RunCurves extract(const std::string& run_dir, const std::string& metrics_file, const std::string& tmp, int index) {
   const std::string src = run_dir + "/" + metrics_file;
   std::ifstream in(src);
@@ -54,27 +96,19 @@ RunCurves extract(const std::string& run_dir, const std::string& metrics_file, c
   c.epochs = fmt::format("{}/epochs{}.dat", tmp, index);
   std::ofstream train(c.train), eval(c.eval), epochs(c.epochs);
   double tokens_per_step = 0.0;
-  int64_t train_lines = 0;
+  int64_t train_lines = 0, line_no = 0, skipped = 0;
+  std::string first_fault;
   for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("step")) continue;  // a torn last line
-    const double step = j["step"].get<double>();
-    if (j.contains("loss") && j.contains("tokens_seen")) {
-      const double tokens = j["tokens_seen"].get<double>();
-      if (step > 0) tokens_per_step = tokens / step;
-      train << step << ' ' << tokens << ' ' << j["loss"].get<double>() << '\n';
-      ++train_lines;
-    }
-    if (j.contains("eval_loss")) {
-      // Evaluation lines carry no token count; every step consumes the same global batch.
-      eval << step << ' ' << step * tokens_per_step << ' ' << j["eval_loss"].get<double>() << '\n';
-      if (j.contains("eval_f1")) {
-        c.classification = true;
-        epochs << j.value("epoch", 0) << ' ' << j["eval_accuracy"].get<double>() << ' ' << j["eval_f1"].get<double>()
-               << '\n';
-      }
+    ++line_no;
+    try {
+      extract_line(line, c, train, eval, epochs, tokens_per_step, train_lines);
+    } catch (const WrongField& f) {
+      if (skipped++ == 0) first_fault = fmt::format("{}:{}: {}", src, line_no, f.text);
     }
   }
+  if (skipped > 0)
+    HT_WARN("plot: {}; line skipped{}", first_fault,
+            skipped > 1 ? fmt::format(" (and {} more such lines)", skipped - 1) : std::string());
   HT_REQUIRE(train_lines > 0, ExitCode::kData, "{}: no training line to plot", src);
   return c;
 }
@@ -112,44 +146,7 @@ std::string accuracy_script(const std::vector<RunCurves>& runs, const std::strin
   return s + parts.substr(0, parts.size() - 2) + "\n";
 }
 
-// Runs `gnuplot script` and waits at most timeout_s; its output goes to our stderr.
-void run_gnuplot(const std::string& gnuplot, const std::string& script, double timeout_s) {
-  std::vector<char*> argv = {const_cast<char*>(gnuplot.c_str()), const_cast<char*>(script.c_str()), nullptr};
-  pid_t pid = 0;
-  const int rc = ::posix_spawn(&pid, gnuplot.c_str(), nullptr, nullptr, argv.data(), environ);
-  HT_REQUIRE(rc == 0, ExitCode::kData, "plot: cannot start {}: {}", gnuplot, std::strerror(rc));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  int status = 0;
-  while (true) {
-    const pid_t done = ::waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
-    if (done < 0 && errno != EINTR) HT_FAIL(ExitCode::kData, "plot: waiting for gnuplot failed: {}", std::strerror(errno));
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      HT_FAIL(ExitCode::kData, "plot: gnuplot did not finish within {:.0f} s (script {})", timeout_s, script);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  HT_REQUIRE(WIFEXITED(status) && WEXITSTATUS(status) == 0, ExitCode::kData, "plot: gnuplot failed on {} (status {})",
-             script, status);
-}
-
 }  // namespace
-
-std::string find_gnuplot() {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "";
-  for (size_t start = 0; start <= dirs.size();) {
-    size_t end = dirs.find(':', start);
-    if (end == std::string::npos) end = dirs.size();
-    const std::string dir = dirs.substr(start, end - start);
-    const std::string candidate = (dir.empty() ? "." : dir) + "/gnuplot";
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-    start = end + 1;
-  }
-  return "";
-}
 
 std::vector<std::string> plot_runs(const PlotOptions& opts) {
   HT_REQUIRE(!opts.run_dirs.empty(), ExitCode::kUsage, "plot: no run directory given");
@@ -158,6 +155,8 @@ std::vector<std::string> plot_runs(const PlotOptions& opts) {
     HT_INFO("plot: gnuplot not found in PATH; no loss.png drawn (install gnuplot-nox)");
     return {};
   }
+  // Here, not inside gnuplot: its "cannot open file" would name neither the option nor the cause.
+  fs::ensure_writable_dir(opts.output_dir, "plot: --output");
   char tmpl[] = "/tmp/hpctrain-plot-XXXXXX";
   HT_REQUIRE(::mkdtemp(tmpl) != nullptr, ExitCode::kData, "plot: cannot create a temporary directory: {}",
              std::strerror(errno));
@@ -179,7 +178,7 @@ std::vector<std::string> plot_runs(const PlotOptions& opts) {
       const std::string script = tmp + "/" + name + ".gp", png = opts.output_dir + "/" + name + ".png";
       std::ofstream(script) << text;
       scratch.push_back(script);
-      run_gnuplot(gnuplot, script, opts.timeout_s);
+      run_gnuplot(gnuplot, script, png, opts.timeout_s);
       written.push_back(png);
     };
     draw("loss", loss_script(runs, opts.output_dir + "/loss.png"));

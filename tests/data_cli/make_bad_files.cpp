@@ -52,6 +52,10 @@ int main(int argc, char** argv) {
     const std::string p = lm("corrupt.h5", 4001);
     fixtures::flip_byte(p, fixtures::chunk_address(p, "/train/tokens", 640) + 6);
   }
+  {  // a damaged chunk of the document table, which HDF5 itself reads (and verifies) at open
+    const std::string p = lm("offsets_chunk.h5");
+    fixtures::flip_byte(p, fixtures::chunk_address(p, "/train/doc_offsets", 0) + 3);
+  }
   {  // a vocabulary no uint32 token id can reach: must not size an embedding
     ht::io::File f = ht::io::File::open_rw(lm("huge_vocab.h5"));
     ht::io::set_attr(f.id(), "vocab_size", int64_t{1} << 40);

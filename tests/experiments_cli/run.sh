@@ -148,6 +148,68 @@ PY
     expect_once "gnuplot not found"
     [ ! -e "$WORK/run/loss.png" ] || fail "a PNG appeared without gnuplot"
     ;;
+  plot_bad_lines)
+    # A metrics line with a field of the wrong type is skipped with one warning naming file:line and
+    # the field (a NaN loss is written as null); a torn last line is skipped silently.
+    command -v gnuplot >/dev/null || { source "$SRC/tests/support/skip.sh"; skip_suite "gnuplot not installed"; }
+    lm_data
+    train 1 run --set train.max_steps=6 --set log.every_steps=1 --set eval.strategy=no --set log.plot=false
+    python3 - "$WORK/run/metrics.jsonl" <<'PY' || fail "edit metrics.jsonl"
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+for i, loss in ((1, "oops"), (3, None)):
+    j = json.loads(lines[i]); j["loss"] = loss; lines[i] = json.dumps(j)
+open(sys.argv[1], "w").write("\n".join(lines) + '\n{"step": 7, "lo')
+PY
+    expect_rc 0 mpi 2 "$HPCTRAIN" plot "$WORK/run"
+    expect_once "plot: $WORK/run/metrics.jsonl:2: field \"loss\" is a string (\"oops\"), expected a number; line skipped (and 1 more such lines)"
+    expect_once "plot: wrote $WORK/run/loss.png"
+    [ "$(head -c 4 "$WORK/run/loss.png" | od -An -c | tr -d ' ')" = '211PNG' ] || fail "no PNG"
+    ;;
+  plot_output)
+    # --output: created when missing, refused naming --output when it cannot be; gnuplot's own
+    # words (a one-point run's "empty x range" warnings, its errors) never reach the console alone.
+    command -v gnuplot >/dev/null || { source "$SRC/tests/support/skip.sh"; skip_suite "gnuplot not installed"; }
+    lm_data
+    train 1 run --set train.max_steps=1 --set eval.strategy=no
+    expect_once "plot: $WORK/run/loss.png"
+    grep -qi "warning: empty\|adjusting to" "$WORK/out.txt" && fail "gnuplot's warnings on the console"
+    expect_rc 0 mpi 2 "$HPCTRAIN" plot "$WORK/run" --output "$WORK/new/sub"
+    [ -s "$WORK/new/sub/loss.png" ] || fail "no PNG in the created --output"
+    touch "$WORK/afile"
+    expect_rc 2 mpi 2 "$HPCTRAIN" plot "$WORK/run" --output "$WORK/afile/sub"
+    expect_once "plot: --output $WORK/afile/sub cannot be created: $WORK/afile/sub: cannot create directory: Not a directory"
+    if [ "$(id -u)" != 0 ]; then  # root writes anywhere
+      mkdir "$WORK/ro" && chmod 555 "$WORK/ro"
+      expect_rc 2 "$HPCTRAIN" plot "$WORK/run" --output "$WORK/ro"
+      expect_once "plot: --output $WORK/ro is not writable"
+    fi
+    # A gnuplot that fails: its messages appear once, inside the one error line.
+    mkdir "$WORK/bin"
+    printf '#!/bin/sh\necho "line 3: cannot open file" >&2\necho "         ^" >&2\necho "plot failed here" >&2\nexit 1\n' \
+      >"$WORK/bin/gnuplot"
+    chmod +x "$WORK/bin/gnuplot"
+    expect_rc 2 env PATH="$WORK/bin:$PATH" "$HPCTRAIN" plot "$WORK/run"
+    expect_once "plot: gnuplot could not draw $WORK/run/loss.png (exit status 1): line 3: cannot open file / plot failed here"
+    [ "$(wc -l <"$WORK/out.txt")" -eq 1 ] || fail "more than the one error line"
+    ;;
+  plot_signal)
+    # Slurm delivers the pre-emption signal (USR1) to every process of the job step; one that arrives
+    # while a finished run draws its plot must not kill gnuplot ("gnuplot failed ... (status 10)").
+    # This gnuplot sends USR1 to the trainer and to itself, as srun does, then runs the real one.
+    command -v gnuplot >/dev/null || { source "$SRC/tests/support/skip.sh"; skip_suite "gnuplot not installed"; }
+    lm_data
+    mkdir "$WORK/bin"
+    printf '#!/bin/sh\nkill -USR1 $PPID $$\nexec %s "$@"\n' "$(command -v gnuplot)" >"$WORK/bin/gnuplot"
+    chmod +x "$WORK/bin/gnuplot"
+    # Without mpirun: mpirun started by its absolute path puts its own bin directory first in PATH.
+    expect_rc 0 env PATH="$WORK/bin:$PATH" "$HPCTRAIN" train --set data.path="$WORK/lm.h5" \
+      --set train.output_dir="$WORK/run" "${TINY[@]}" --set train.max_steps=2 --set log.every_steps=1 \
+      --set eval.strategy=no
+    expect_once "plot: $WORK/run/loss.png"
+    grep -q "no plot drawn" "$WORK/out.txt" && fail "the signal cost the plot"
+    [ -s "$WORK/run/loss.png" ] || fail "no loss.png"
+    ;;
   eval_subset)
     # langid (4 languages; the validation split is stored language by language). eval.max_batches = 2
     # x batch 8: 16 samples, drawn at random over the split, the same on 1 and 2 ranks.

@@ -22,6 +22,14 @@ once() {
   note "$1: exit as expected, one line: $(grep -m1 -- "$2" "$WORK/$1.log" | sed 's/^\[[^]]*\] //')"
 }
 
+# exactly NAME TEXT: one line of the log holds TEXT (a fixed string, not a pattern), and no backtrace.
+exactly() {
+  local n; n=$(grep -c -F -- "$2" "$WORK/$1.log")
+  [ "$n" -eq 1 ] || { cat "$WORK/$1.log"; fail "$1.log holds '$2' $n times, expected once per job"; }
+  grep -qi "backtrace\|terminate called\|frame #" "$WORK/$1.log" && { cat "$WORK/$1.log"; fail "$1: a backtrace"; }
+  note "$1: exit as expected, one line: $(grep -m1 -F -- "$2" "$WORK/$1.log" | sed 's/^\[[^]]*\] //')"
+}
+
 TINY=(--set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set model.seq_len=64
       --set train.micro_batch_size=4 --set train.threads=1 --set eval.strategy=no --set train.max_steps=6)
 train() {  # train NP OUTDIR ARGS...
@@ -231,6 +239,174 @@ PY
     h5diff "$(ckpt plain 6)" "$(ckpt sampled 6)" /model /model >"$WORK/h5diff.log" 2>&1 \
       || { cat "$WORK/h5diff.log"; fail "sampling changed the trained model"; }
     note "3 samples logged; /model of both runs identical (h5diff), dropout and local SGD on"
+    ;;
+
+  export_force)
+    # --force replaces a previous export, never a run's work: the checkpoint being exported, a
+    # directory above it, other checkpoints or pointers, a run directory. Nothing changes on refusal.
+    lm_data
+    expect 0 run train 1 run --set checkpoint.every_steps=3
+    good=$(ckpt run 6)
+    before=$(fingerprint "$WORK/run"); latest=$(cat "$WORK/run/checkpoints/latest")
+    for np in 1 2; do
+      expect 1 ckdir$np mpi $np "$HPCTRAIN" export --checkpoint "$good" --output "$WORK/run/checkpoints" --force
+      exactly ckdir$np "export: --force refused for --output $WORK/run/checkpoints: it holds the checkpoint being exported ($good); --force replaces only a previous export, so nothing was changed"
+    done
+    expect 1 rundir "$HPCTRAIN" export --checkpoint "$good" --output "$WORK/run/" --force
+    exactly rundir "--force refused for --output $WORK/run: it holds the checkpoint being exported"
+    expect 1 above "$HPCTRAIN" export --checkpoint "$good" --output "$WORK" --force
+    exactly above "--force refused for --output $WORK: it holds the checkpoint being exported"
+    cp -r "$WORK/run" "$WORK/other"
+    expect 1 other_run mpi 2 "$HPCTRAIN" export --checkpoint "$good" --output "$WORK/other" --force
+    exactly other_run "--force refused for --output $WORK/other: it is a training run directory (checkpoints, config.toml, metrics.jsonl)"
+    expect 1 other_ckpts "$HPCTRAIN" export --checkpoint "$good" --output "$WORK/other/checkpoints" --force
+    exactly other_ckpts "--force refused for --output $WORK/other/checkpoints: it holds checkpoints (ckpt-00000003.h5, ckpt-00000006.h5, latest)"
+    mkdir "$WORK/pointer" && cp "$WORK/run/checkpoints/latest" "$WORK/pointer/"
+    expect 1 pointer "$HPCTRAIN" export --checkpoint "$good" --output "$WORK/pointer" --force
+    exactly pointer "--force refused for --output $WORK/pointer: it holds checkpoints (latest)"
+    mkdir "$WORK/data" && cp "$WORK/lm.h5" "$WORK/data/"
+    expect 1 data "$HPCTRAIN" export --checkpoint "$good" --output "$WORK/data" --force
+    exactly data "--force refused for --output $WORK/data: it holds HDF5 files, which an export never does (lm.h5)"
+    [ -f "$WORK/data/lm.h5" ] || fail "a refused export removed the dataset"
+    [ "$(fingerprint "$WORK/run")" = "$before" ] && [ "$(cat "$WORK/run/checkpoints/latest")" = "$latest" ] \
+      || fail "a refused export changed the run's checkpoints"
+    [ -f "$WORK/pointer/latest" ] && [ -f "$WORK/other/metrics.jsonl" ] || fail "a refused export removed files"
+    [ -z "$(ls -d "$WORK"/*.tmp-* "$WORK"/*/*.tmp-* "$WORK"/*.old-* 2>/dev/null)" ] || fail "temporary directories left"
+    note "after 8 refused exports every checkpoint, pointer and dataset is still there, byte-identical"
+    # what --force is for: a previous export
+    expect 0 first "$HPCTRAIN" export --checkpoint "$good" --output "$WORK/hf"
+    expect 0 replace mpi 2 "$HPCTRAIN" export --checkpoint "$good" --output "$WORK/hf" --force
+    [ -f "$WORK/hf/model.safetensors" ] || fail "the replaced export has no model"
+    ;;
+
+  export_mode)
+    # The exported directory is readable by others like any directory mkdir makes (0755 under the
+    # umask), not 0700 from the temporary directory it was written in; its files 0644 under the umask.
+    lm_data
+    expect 0 run train 1 run
+    good=$(ckpt run 6)
+    modes() { (cd "$1" && stat -c '%a %n' . *); }
+    for spec in "022 755 644" "027 750 640"; do
+      read -r mask dir_mode file_mode <<<"$spec"
+      for force in "" --force; do
+        expect 0 "mode$mask$force" bash -c 'umask "$1" && exec "$2" export --checkpoint "$3" --output "$4" $5' _ \
+          "$mask" "$HPCTRAIN" "$good" "$WORK/hf$mask" "$force"
+        modes "$WORK/hf$mask" >"$WORK/modes.txt"
+        awk -v d="$dir_mode" -v f="$file_mode" '($2 == "." && $1 != d) || ($2 != "." && $1 != f) {bad = 1} END {exit bad}' \
+          "$WORK/modes.txt" || { cat "$WORK/modes.txt"; fail "umask $mask: modes are not $dir_mode / $file_mode"; }
+      done
+      note "umask $mask: export directory $dir_mode, files $file_mode (also after --force)"
+    done
+    ;;
+
+  damaged_offsets)
+    # A damaged chunk of /train/doc_offsets (read and verified by HDF5 at open): the message names the file.
+    "$MAKE_BAD_FILES" "$WORK" || fail "make_bad_files"
+    bad="$WORK/offsets_chunk.h5"
+    msg="$bad: dataset '/train/doc_offsets': read failed (checksum mismatch or damaged data)"
+    for np in 1 2; do
+      expect 2 train$np mpi "$np" "$HPCTRAIN" train --set data.path="$bad" --set train.output_dir="$WORK/run$np" \
+        "${TINY[@]}" --set model.seq_len=8
+      exactly train$np "$msg"
+      expect 2 inspect$np mpi "$np" "$HPCTRAIN" inspect "$bad"
+      exactly inspect$np "$msg"
+    done
+    ;;
+
+  generate_bounds)
+    # --max-new-tokens near 2^63 and beyond int64 are refused up front naming the option; a tiny
+    # temperature is greedy in the limit; a negative, NaN or infinite one is refused.
+    lm_data
+    expect 0 run train 1 run
+    good=$(ckpt run 6)
+    for np in 1 2; do
+      expect 1 max$np mpi $np "$HPCTRAIN" generate --checkpoint "$good" --prompt "The " --max-new-tokens 9223372036854775807
+      exactly max$np "--max-new-tokens 9223372036854775807: the prompt (4 tokens) + 9223372036854775807 new tokens exceed the model's position table (model.max_seq_len = 64); at most 60 new tokens fit"
+      expect 1 digits$np mpi $np "$HPCTRAIN" generate --checkpoint "$good" --prompt "The " \
+        --max-new-tokens 12345678901234567890123
+      exactly digits$np "--max-new-tokens: 12345678901234567890123 does not fit a 64-bit integer (at most 9223372036854775807)"
+    done
+    gen=(generate --checkpoint "$good" --prompt "The " --max-new-tokens 40 --ignore-eos --print-ids)
+    expect 0 greedy "$HPCTRAIN" "${gen[@]}" --temperature 0
+    for t in 1e-300 4.9e-324; do
+      expect 0 tiny$t mpi 2 "$HPCTRAIN" "${gen[@]}" --temperature "$t" --top-k 5 --top-p 0.9
+      [ "$(grep '^ids' "$WORK/tiny$t.log")" = "$(grep '^ids' "$WORK/greedy.log")" ] \
+        || { cat "$WORK/tiny$t.log" "$WORK/greedy.log"; fail "--temperature $t differs from greedy"; }
+    done
+    note "--temperature 1e-300 and 4.9e-324 generate the greedy tokens"
+    for t in -1 nan inf; do
+      expect 1 temp$t mpi 2 "$HPCTRAIN" "${gen[@]}" --temperature "$t"
+      exactly temp$t "--temperature $t must be a finite number >= 0 (0 = greedy)"
+    done
+    ;;
+
+  prompt_file)
+    # --prompt-file: the way to pass long prompts; a missing one is named. A --prompt too long for
+    # Open MPI's singleton start is refused before MPI_Init, pointing at --prompt-file.
+    lm_data
+    expect 0 run train 1 run
+    good=$(ckpt run 6)
+    printf 'The ' >"$WORK/prompt.txt"
+    gen=(generate --checkpoint "$good" --max-new-tokens 20 --temperature 0 --print-ids)
+    expect 0 inline "$HPCTRAIN" "${gen[@]}" --prompt "The "
+    expect 0 file mpi 2 "$HPCTRAIN" "${gen[@]}" --prompt-file "$WORK/prompt.txt"
+    [ "$(grep '^ids' "$WORK/file.log")" = "$(grep '^ids' "$WORK/inline.log")" ] || fail "--prompt-file differs from --prompt"
+    for np in 1 2; do
+      expect 2 missing$np mpi $np "$HPCTRAIN" "${gen[@]}" --prompt-file "$WORK/nope.txt"
+      exactly missing$np "generate: --prompt-file $WORK/nope.txt: No such file or directory"
+    done
+    expect 2 dir "$HPCTRAIN" "${gen[@]}" --prompt-file "$WORK"
+    exactly dir "generate: --prompt-file $WORK: is a directory"
+    expect 1 none mpi 2 "$HPCTRAIN" "${gen[@]}"
+    exactly none "generate: give the text to continue with --prompt TEXT or --prompt-file FILE"
+    head -c 300000 /dev/zero | tr '\0' a >"$WORK/long.txt"
+    expect 1 long_file "$HPCTRAIN" "${gen[@]}" --prompt-file "$WORK/long.txt"
+    exactly long_file "the prompt (300000 tokens)"
+    limit=$((32 * $(getconf PAGESIZE)))
+    expect 1 long_arg "$HPCTRAIN" "${gen[@]}" --prompt "$(head -c 131000 "$WORK/long.txt")"
+    exactly long_arg "(131000 of them in --prompt), more than the $limit bytes Open MPI can hand to its helper orted when hpctrain is started without mpirun; pass the prompt with --prompt-file FILE instead"
+    grep -q "ORTE\|singleton application\|Argument list too long" "$WORK/long_arg.log" \
+      && fail "Open MPI's own messages on a long --prompt"
+    ;;
+
+  init_from_types)
+    # A config.json field of the wrong JSON type: a malformed file (exit 2) named with the field.
+    lm_data
+    expect 0 run train 1 run
+    expect 0 export "$HPCTRAIN" export --checkpoint "$(ckpt run 6)" --output "$WORK/hf"
+    i=0
+    for spec in 'n_embd|"64"|field "n_embd" is a string ("64"), expected an integer' \
+                'tie_word_embeddings|"true"|field "tie_word_embeddings" is a string ("true"), expected true or false' \
+                'layer_norm_epsilon|[1e-5]|field "layer_norm_epsilon" is an array ([1e-05]), expected a number' \
+                'model_type|2|field "model_type" is a number (2), expected a string'; do
+      IFS='|' read -r field value msg <<<"$spec"
+      i=$((i + 1)); dir="$WORK/hf$i"
+      cp -r "$WORK/hf" "$dir"
+      python3 - "$dir/config.json" "$field" "$value" <<'PY' || fail "edit config.json"
+import json, sys
+path, field, value = sys.argv[1:]
+j = json.load(open(path)); j[field] = json.loads(value); json.dump(j, open(path, "w"), indent=2)
+PY
+      for np in 1 2; do
+        expect 2 "type${i}_$np" train $np "init$i" --set model.init_from="$dir"
+        exactly "type${i}_$np" "model.init_from $dir: $dir/config.json: $msg"
+      done
+      [ ! -e "$WORK/init$i/checkpoints" ] || [ -z "$(ls "$WORK/init$i/checkpoints")" ] || fail "a refused run wrote checkpoints"
+    done
+    ;;
+
+  metrics_file)
+    # log.metrics_file is a name inside train.output_dir: a path is refused before anything is written.
+    lm_data
+    for np in 1 2; do
+      expect 1 escape$np train $np run --set log.metrics_file=../escaped.jsonl
+      exactly escape$np "config key 'log.metrics_file': '../escaped.jsonl' is not a file name: it names a file inside train.output_dir, so it may not contain '/'"
+    done
+    expect 1 absolute train 1 run --set log.metrics_file="$WORK/abs.jsonl"
+    exactly absolute "config key 'log.metrics_file': '$WORK/abs.jsonl' is not a file name"
+    [ ! -e "$WORK/escaped.jsonl" ] && [ ! -e "$WORK/abs.jsonl" ] && [ ! -e "$WORK/run" ] || fail "a refused run wrote files"
+    expect 0 named train 1 run --set log.metrics_file=metrics-b.jsonl --set train.max_steps=2
+    [ -s "$WORK/run/metrics-b.jsonl" ] || fail "no $WORK/run/metrics-b.jsonl"
     ;;
 
   *) fail "unknown case" ;;

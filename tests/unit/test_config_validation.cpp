@@ -69,6 +69,15 @@ TEST(Config, RejectsEachBadValueNamingTheKey) {
   EXPECT_NE(msg.find("local_sgd.warmup_steps"), std::string::npos) << msg;
 }
 
+// log.metrics_file is a name inside train.output_dir: a path would write outside the run directory.
+TEST(Config, MetricsFileIsANameInsideTheOutputDir) {
+  for (const std::string bad : {"../escaped.jsonl", "/tmp/m.jsonl", "logs/m.jsonl", "..", ".", ""}) {
+    const auto msg = error_of({"log.metrics_file=" + bad});
+    EXPECT_NE(msg.find("config key 'log.metrics_file'"), std::string::npos) << bad << " -> '" << msg << "'";
+  }
+  EXPECT_NO_THROW(ht::config::load("", {"log.metrics_file=metrics-run2.jsonl"}));
+}
+
 TEST(Config, FileErrorsNameKeyAndType) {
   const std::string path = testing::TempDir() + "/bad.toml";
   std::ofstream(path) << "[model]\nn_layer = \"four\"\n";

@@ -85,9 +85,11 @@ echo "chaos: $BUDGET_S s of faults, $STEPS steps per run, a checkpoint every $EV
 
 RUNNER=""      # pid of the mpirun in flight
 RANK_PIDS=()   # its ranks, index = MPI rank
+# Kills the job in flight: its ranks, anything else mpirun started, and mpirun.
 cleanup() {
-  local p
-  for p in "${RANK_PIDS[@]}" $RUNNER; do kill -9 "$p" 2>/dev/null || true; done
+  local p kids=""
+  [ -n "$RUNNER" ] && kids=$(pgrep -P "$RUNNER" || true)
+  for p in "${RANK_PIDS[@]}" $kids $RUNNER; do kill -9 "$p" 2>/dev/null || true; done
 }
 trap cleanup EXIT
 
@@ -237,7 +239,7 @@ episode() {
       wait_for "segment $seg of episode $e to start training" line_seen "$log" "$offset" "\] step \|resumed at step\|training finished" || true
       local resumed_at
       resumed_at=$(tail -c +"$((offset + 1))" "$log" | sed -n 's/.*resumed at step \([0-9]*\).*/\1/p' | head -n 1)
-      REPEATED=$((REPEATED + PREV_REACHED - ${resumed_at:-0}))
+      REPEATED=$((REPEATED + PREV_REACHED - ${resumed_at:-$from}))
       # Without a checkpoint yet (a fault before the first save), --resume starts from scratch.
       [ -n "$resumed_at" ] || [ "$from" -eq 0 ] || problem "episode $e segment $seg: no 'resumed at step' line although $out/checkpoints/latest names step $from"
     fi

@@ -337,8 +337,9 @@ done
 VERIFIED=0; DAMAGED=0
 for f in "$WORK"/reference/checkpoints/*.h5 "$WORK"/episode-*/checkpoints/*.h5; do
   [ -e "$f" ] || continue
-  if "$HPCTRAIN" inspect "$f" >"$WORK/inspect.log" 2>&1; then VERIFIED=$((VERIFIED + 1))
-  else DAMAGED=$((DAMAGED + 1)); problem "hpctrain inspect $f: exit $? ($(grep -m1 -i "damaged\|error" "$WORK/inspect.log" || true))"; fi
+  rc=0; "$HPCTRAIN" inspect "$f" >"$WORK/inspect.log" 2>&1 || rc=$?
+  if [ "$rc" -eq 0 ]; then VERIFIED=$((VERIFIED + 1))
+  else DAMAGED=$((DAMAGED + 1)); problem "hpctrain inspect $f: exit $rc ($(grep -m1 -i "damaged\|error" "$WORK/inspect.log" || true))"; fi
 done
 for f in "$WORK"/episode-*/checkpoints/*.tmp; do
   [ -e "$f" ] && problem "a .tmp file is left after the run finished: $f"

@@ -217,9 +217,8 @@ episode() {
   while :; do
     seg=$((seg + 1))
     from=$(latest_step "$out")
-    offset=$(stat -c %s "$log")
     echo "===== segment $seg (from step $from)" >>"$log"
-    offset=$(stat -c %s "$log")
+    offset=$(stat -c %s "$log")   # this segment's output starts here
     KIND=none; target=$STEPS
     if faults_wanted && [ "$from" -lt $((STEPS - 1)) ]; then
       next_kind
@@ -253,7 +252,7 @@ episode() {
         fi ;;
       term_job)
         local ready
-        if [ "$held" = 1 ]; then ready=(line_seen "$log" "$offset" "holding at step $target until"); HELD=$((HELD + 1))
+        if [ "$held" = 1 ]; then ready=(line_seen "$log" "$offset" "holding at step $target until")
         else ready=(step_reached "$log" "$offset" "$target"); fi
         if wait_for "step $target (episode $e)" "${ready[@]}"; then
           kill -TERM "${RANK_PIDS[@]}" 2>/dev/null || true
@@ -292,7 +291,9 @@ episode() {
           problem "episode $e segment $seg: checkpointed at step $at but latest is '$(cat "$out/checkpoints/latest" 2>/dev/null)'"
         elif [ "$held" = 1 ] && [ "$at" != "$target" ]; then
           problem "episode $e segment $seg: held at step $target but checkpointed at step $at"
-        else SURVIVED[term_job]=$((SURVIVED[term_job] + 1)); what="$what -> checkpoint at step $at"; fi ;;
+        else
+          SURVIVED[term_job]=$((SURVIVED[term_job] + 1)); HELD=$((HELD + held)); what="$what -> checkpoint at step $at"
+        fi ;;
       none) tail -n 20 "$log"; problem "episode $e segment $seg: exit code $RC without a fault"; break ;;
     esac
     echo "chaos: episode $e segment $seg: ${what:-$KIND (not delivered)}; exit $RC; last step logged $reached"

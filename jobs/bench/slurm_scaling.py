@@ -10,7 +10,8 @@ The modes are those of jobs/bench/time_to_quality.py (MODES, and the same config
 ddp/pma8/accel8 are the reference, the others hpctrain; NAME:key=value+key=value adds one. In order:
   1. the link between the nodes, measured once: jobs/cluster/allreduce_probe.c (mpicc) with one rank
      per node, a small message (latency alpha) and --probe-bytes (rate B: bytes on the node's
-     interface per second when its counters see the traffic, else payload bytes per second);
+     interface per second when its counters see the traffic, else payload bytes per second; the median
+     of --probe-calls calls; alpha from the fastest small call);
   2. initial weights: one hpctrain step at lr 1e-30 (the reference starts from them: --init);
   3. DDP trains --target-step steps; its eval loss there is the target, its training time the baseline;
   4. every other mode trains until an evaluation is at or below the target (train.target_eval_loss;
@@ -28,7 +29,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cost_model as cm  # noqa: E402
@@ -71,6 +71,8 @@ def parse(argv):
     p.add_argument("--master-port", type=int, default=29700)
     p.add_argument("--probe-bytes", type=int, default=4_000_000, help="message for the link rate")
     p.add_argument("--probe-calls", type=int, default=3)
+    p.add_argument("--ompi-tcp-tuning", action="store_true",
+                   help="OpenMPI over TCP: no emulated put, eager sends to 4 MiB (else the directions take turns)")
     p.add_argument("--link-cap", help="nominal rate per node and direction (20mbit, 100gbit): printed beside B")
     p.add_argument("--warmup", type=int, default=2, help="steps left out of tokens/s and sync times")
     p.add_argument("--timeout", type=int, default=900, help="seconds per run, start-up included")
@@ -121,9 +123,21 @@ def srun_one(a):
     return ["srun", "--nodes=1", "--ntasks=1", f"--mpi={a.mpi}", "--kill-on-bad-exit=0"]
 
 
+# OpenMPI's TCP transport as jobs/cluster/emulate.sh tunes it (docs/cluster.md, "Link efficiency"): no
+# emulated RDMA put and eager sends up to 4 MiB, so both directions of an exchange move at once (with
+# OpenMPI's defaults they take turns: about half the link), 4 MiB socket buffers. For Ethernet clusters
+# where MPI runs over OpenMPI's tcp BTL; no effect on InfiniBand/UCX. --ompi-tcp-tuning.
+OMPI_TCP_TUNING = {"OMPI_MCA_btl_tcp_flags": "send,inplace,need-ack,need-csum",
+                   "OMPI_MCA_btl_tcp_eager_limit": "4194304", "OMPI_MCA_btl_tcp_rndv_eager_limit": "4194304",
+                   "OMPI_MCA_btl_tcp_max_send_size": "4194304", "OMPI_MCA_btl_tcp_sndbuf": "4194304",
+                   "OMPI_MCA_btl_tcp_rcvbuf": "4194304"}
+
+
 def env_for(a):
     env = se.env_base()
     env["OMP_NUM_THREADS"] = str(a.cpus)
+    if a.ompi_tcp_tuning:
+        env.update(OMPI_TCP_TUNING)
     return env
 
 
@@ -157,7 +171,7 @@ def probe_link(a):
     if not big or len(summary) < 2:
         return {"error": f"no probe result in {log_path}"}
     w = a.nodes
-    t_small = sorted(calls[min(summary)])[len(calls[min(summary)]) // 2]
+    t_small = min(calls[min(summary)])  # latency: the fastest call (CPU contention only adds to it)
     t_big = sorted(calls[big])[len(calls[big]) // 2]
     tx, ring = summary[big]["tx_bytes_per_call_per_node"], summary[big]["ring_bytes_per_call"]
     link = {"alpha": t_small / (2 * (w - 1)), "t_small": t_small, "t_big": t_big, "bytes": big,
@@ -225,9 +239,9 @@ def run_mode(a, index, mode, target, budget_s, steps):
         env.update(MASTER_ADDR=a.master_addr, MASTER_PORT=str(a.master_port + index), REF_PYTHON=a.python,
                    REF_LAUNCHER=a.ref_launcher, REF_NPROC_PER_NODE=str(a.per_node))
         if a.ref_launcher == "torchrun":  # one torchrun per node, which starts the node's ranks
-            cmd = srun(a, 1, "--mpi=none", f"--cpus-per-task={a.per_node * a.cpus}") + [REF_TASK, *ref]
+            cmd = srun(a, 1, "--mpi=none", f"--cpus-per-task={a.per_node * a.cpus}") + ["bash", REF_TASK, *ref]
         else:                             # one srun task per rank
-            cmd = srun(a, a.per_node, "--mpi=none") + [REF_TASK, *ref]
+            cmd = srun(a, a.per_node, "--mpi=none") + ["bash", REF_TASK, *ref]
     log(f"{mode}: {' '.join(cmd)}")
     with open(out + ".log", "w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
@@ -239,6 +253,13 @@ def run_mode(a, index, mode, target, budget_s, steps):
     if not s["steps"]:
         raise se.RunFailed(f"no step in {out}/metrics.jsonl (log {out}.log)")
     s.update(wall=wall, stopped=stopped, kind="hpctrain" if kind == "ours" else f"PyTorch {what}")
+    return ddp_bytes_per_sync(s) if what == "ddp" else s
+
+
+def ddp_bytes_per_sync(s):
+    """DDP: one gradient all-reduce per step; the reference does not time it, so only the model's figure."""
+    if s.get("bytes_sent") and s.get("steps"):
+        s["bytes_per_sync"] = s["bytes_sent"] / s["steps"]
     return s
 
 
@@ -251,7 +272,12 @@ def run_all(a, link):
     a.target = hit[1]
     ddp.update(rep.summarize(rep.read_metrics(os.path.join(a.out, "runs", "ddp", "metrics.jsonl")), a.target,
                              a.warmup))
+    ddp_bytes_per_sync(ddp)
     log(f"ddp: target eval loss {a.target:.4f} at step {hit[0]}, {ddp['tts']:.1f} training seconds")
+    pred = predicted_sync(link, ddp, a.ntasks)
+    if pred:
+        print(f"sync ddp: not measured (the reference does not time its all-reduce), cost model {pred:.4f} s, "
+              f"{ddp['bytes_per_sync']:.0f} B per exchange over {a.ntasks} ranks", flush=True)
     for i, mode in enumerate(a.modes):
         if mode == "ddp":
             continue
@@ -311,7 +337,7 @@ def report(a, results, link, started):
                           [(m, results[m]["curve"]) for m in a.modes if results.get(m, {}).get("curve")])
     if "B" in link:
         link_line = (f"{link['B'] / 1e6:.2f} Mbit/s per node and direction ({link['basis']} bytes; payload "
-                     f"{link['payload_bits'] / 1e6:.2f} Mbit/s), latency alpha {link['alpha'] * 1e6:.0f} us, measured "
+                     f"{link['payload_bits'] / 1e6:.2f} Mbit/s), latency alpha {link['alpha'] * 1e6:.0f} us (fastest 8-byte call), measured "
                      f"once by jobs/cluster/allreduce_probe.c (median of {a.probe_calls} all-reduces of "
                      f"{link['bytes']} B, one rank per node)" +
                      (f"; nominal cap {a.link_cap}: {link['B'] / link['cap']:.3f} of it" if link.get("cap") else ""))
@@ -331,7 +357,8 @@ def report(a, results, link, started):
              "step (DDP: the gradient bytes of its steps). sync s measured: hpctrain's comm seconds per exchange "
              "(overlapped modes: only the exposed part); cost model: ring_net(S, W, B, alpha) of "
              "jobs/bench/cost_model.py with S = bytes per exchange, W = ranks, B and alpha as measured above "
-             "(the network part only).", ""]
+             "(the network part only). The first exchange of a run also opens MPI's connections (OpenMPI connects "
+             "lazily), so a mode that exchanges rarely carries that in few samples.", ""]
     lines.append("![eval loss against training seconds](scaling.png)" if why is None else f"No plot: {why}.")
     with open(os.path.join(a.out, "scaling.md"), "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -18,8 +18,12 @@ last axis varying fastest. As a TOML file:
   [set]                          # overrides every task gets (optional; --set adds more)
   "local_sgd.enabled" = true
 
+`--task 'key=value key=value'` (repeatable) adds one task with exactly those overrides after the
+grid's; a sweep may consist of --task entries alone.
+
 Every key must be a config key (`hpctrain train --help-config`); submit refuses anything else, naming
-the key, before any job is queued. A value may not contain whitespace (jobs/slurm/train.sbatch's SETS is
+the key, before any job is queued (--no-check skips that: e.g. when the compute nodes run another
+build; a task with an unknown key then fails and collect names it with hpctrain's error line). A value may not contain whitespace (jobs/slurm/train.sbatch's SETS is
 split on it). train.output_dir and checkpoint.dir are the sweep's: DIR/task-<i>.
 
 submit writes DIR/sweep.json (the grid, the tasks, the job id), DIR/tasks.tsv (index, name,
@@ -137,9 +141,12 @@ def config_keys(hpctrain):
     return keys
 
 
-def check_keys(axes, common, keys):
+def check_keys(axes, common, keys, n_axes=None):
+    """Every key a config key and not reserved; the first n_axes (default all) are grid axes, each once."""
     seen = set()
-    named = [(k, "grid key") for k, _ in axes] + [(s.partition("=")[0], "--set key") for s in common]
+    n_axes = len(axes) if n_axes is None else n_axes
+    named = [(k, "grid key" if i < n_axes else "--task key") for i, (k, _) in enumerate(axes)] + \
+        [(s.partition("=")[0], "--set key") for s in common]
     for key, what in named:
         if key not in keys:
             near = difflib.get_close_matches(key, sorted(keys), n=1)
@@ -147,14 +154,14 @@ def check_keys(axes, common, keys):
             raise SweepError(f"{what} '{key}' is not a config key (`hpctrain train --help-config` lists them{hint})")
         if key in RESERVED:
             raise SweepError(f"{what} '{key}' cannot be swept or set: {RESERVED[key]}")
-    for key, _ in axes:
+    for key, _ in axes[:n_axes]:
         if key in seen:
             raise SweepError(f"grid key '{key}' appears in two axes")
         seen.add(key)
     for key, vals in axes:
         for v in vals:
             if re.search(r"\s", v):
-                raise SweepError(f"grid value '{v}' of {key} contains whitespace (train.sbatch splits SETS on it)")
+                raise SweepError(f"value '{v}' of {key} contains whitespace (train.sbatch splits SETS on it)")
     for s in common:
         if "=" not in s or re.search(r"\s", s):
             raise SweepError(f"--set '{s}' is not section.key=value without whitespace")
@@ -174,16 +181,37 @@ def tasks_of(axes):
 
 # ---------------------------------------------------------------- submit
 
+def extra_tasks(specs):
+    """[(name, [key=value])] from --task 'key=value key=value' (one task each, after the grid's)."""
+    out = []
+    for spec in specs:
+        sets = spec.split()
+        if not sets:
+            raise SweepError("--task '' names no override (give section.key=value ...)")
+        for s in sets:
+            if "=" not in s or s.startswith("="):
+                raise SweepError(f"--task '{spec}': '{s}' is not section.key=value")
+        out.append((" ".join(sets), sets))
+    return out
+
+
 def submit(a, sbatch_args):
-    axes, common = parse_grid(a.grid)
+    if not a.grid and not a.task:
+        raise SweepError("nothing to sweep: give grid axes section.key=v1,v2, a .toml file, or --task")
+    axes, common = parse_grid(a.grid) if a.grid else ([], [])
     common += a.set
+    extra = extra_tasks(a.task)
     hpctrain = os.path.abspath(a.hpctrain)
     if not os.access(hpctrain, os.X_OK):
         raise SweepError(f"hpctrain executable {a.hpctrain} not found (build it: ./scripts/build.sh, or set --hpctrain)")
-    check_keys(axes, common, config_keys(hpctrain))
+    if a.no_check:
+        print("sweep: --no-check: the keys are not checked here; a task with an unknown key fails at its start")
+    else:
+        named = axes + [(s.partition("=")[0], [s.partition("=")[2]]) for _, sets in extra for s in sets]
+        check_keys(named, common, config_keys(hpctrain), n_axes=len(axes))
     if not os.path.isfile(a.config):
         raise SweepError(f"config {a.config} not found")
-    tasks = tasks_of(axes)
+    tasks = (tasks_of(axes) if axes else []) + extra
     d = os.path.abspath(a.dir or f"runs/sweep-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     if os.path.exists(os.path.join(d, "sweep.json")):
         raise SweepError(f"{d} already holds a sweep (sweep.json): choose another --dir")
@@ -346,7 +374,11 @@ def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("submit", help="write the task list and submit the array (options after '--' go to sbatch)")
-    s.add_argument("grid", nargs="+", help="GRID.toml, or axes section.key=v1,v2 [x section.key=v1,v2 ...]")
+    s.add_argument("grid", nargs="*", help="GRID.toml, or axes section.key=v1,v2 [x section.key=v1,v2 ...]")
+    s.add_argument("--task", action="append", default=[], metavar="'KEY=VALUE ...'",
+                   help="one more task with these overrides, after the grid's (repeatable)")
+    s.add_argument("--no-check", action="store_true",
+                   help="do not check the keys against this hpctrain's --help-config (a bad key then fails its task)")
     s.add_argument("--array-parallel", type=int, default=4, metavar="P", help="tasks running at once (%%P)")
     s.add_argument("--dir", help="sweep directory (default runs/sweep-<date>-<time>)")
     s.add_argument("--config", default=os.path.join(ROOT, "inputs", "configs", "demo.toml"))

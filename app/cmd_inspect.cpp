@@ -5,6 +5,7 @@
 
 #include "app/commands.h"
 #include "checkpoint/checkpoint.h"
+#include "comm/agree.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "data/dataset.h"
@@ -31,19 +32,12 @@ Phases configure_inspect(CLI::App& sub) {
   auto path = std::make_shared<std::string>();
   sub.add_option("file", *path, "dataset or checkpoint file (.h5)")->required();
   Phases p;
-  // Only rank 0 reads; the exit code is shared so every rank of an mpirun ends alike.
+  // Only rank 0 reads; a failure and the exit code reach every rank, so an mpirun ends alike.
   p.run = [path](Context& ctx) -> int {
     int64_t code = 0;
-    std::string error;
-    if (ctx.comm.rank() == 0) {
-      try {
-        code = inspect(*path);
-      } catch (const Error& e) {
-        code = static_cast<int>(e.code());
-        error = e.what();
-      }
-    }
-    if (!error.empty()) HT_ERROR("{}", error);
+    comm::run_agreed(ctx.comm, [&] {
+      if (ctx.comm.rank() == 0) code = inspect(*path);
+    });
     return static_cast<int>(ctx.comm.allreduce_max(code));
   };
   return p;

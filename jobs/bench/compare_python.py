@@ -36,6 +36,7 @@ MODEL = """
 [model]
 n_layer = {n_layer}
 n_head = {n_head}
+vocab_size = {vocab_size}
 d_model = {d_model}
 seq_len = {seq_len}
 dropout = 0.0
@@ -153,7 +154,7 @@ def collect(steps, val_loss, rss, alloc_peak, a):
     tokens = steady[-1]["tokens_seen"] - steps[a.warmup - 1]["tokens_seen"] if a.warmup > 0 else steady[-1]["tokens_seen"]
     return {"tokens_per_s": tokens / seconds, "val_loss": val_loss, "peak_rss_bytes": rss,
             "alloc_peak_bytes": alloc_peak, "bytes_per_step": steps[-1].get("bytes_per_step", 0.0),
-            "final_loss": steps[-1]["loss"], "step_s": statistics.median(s["step_seconds"] for s in steady),
+            "final_loss": steps[-1]["loss"], "opt_state_bytes": steps[-1].get("optimizer_state_bytes"), "step_s": statistics.median(s["step_seconds"] for s in steady),
             "mfu": statistics.median(s["mfu"] for s in steady) if "mfu" in steady[-1] else None}
 
 
@@ -168,8 +169,15 @@ def plan(a):
             ours_rc = [f"recompute.policy={'full' if rc else 'none'}", f"train.autocast={'bf16' if bf16 else 'none'}"]
             tag = f"{prec}, {'recompute' if rc else 'no recompute'}"
             local = f"local SGD N={a.local_steps}, {tag}"
-            out += [(f"dp, {tag}", "ours", lambda n, o=ours_rc: run_ours(a, n, a.cfg, o + ["local_sgd.enabled=false"])),
-                    (f"dp, {tag}", "torch DDP", lambda n, rc=rc, b=bf16: run_theirs(a, n, a.cfg, "ddp", [], rc, b))]
+            if "dp" in a.modes:
+                out += [(f"dp, {tag}", "ours",
+                         lambda n, o=ours_rc: run_ours(a, n, a.cfg, o + ["local_sgd.enabled=false"])),
+                        (f"dp, {tag}", "torch DDP", lambda n, rc=rc, b=bf16: run_theirs(a, n, a.cfg, "ddp", [], rc, b))]
+                if a.zero1:  # the ratio column reads: unsharded tokens/s over sharded = sharded step time / unsharded
+                    out.append((f"dp, {tag}", "ours ZeRO-1", lambda n, o=ours_rc: run_ours(
+                        a, n, a.cfg, o + ["local_sgd.enabled=false", "train.shard_optimizer=true"])))
+            if "local" not in a.modes:
+                continue
             out += [(local, "ours", lambda n, o=ours_rc: run_ours(a, n, a.cfg, o + lsgd)),
                     (local, "torch PeriodicModelAverager",
                      lambda n, rc=rc, b=bf16: run_theirs(a, n, a.cfg, "pma", [f"local_sgd.steps={a.local_steps}"], rc, b)),
@@ -188,10 +196,11 @@ def report(a, results, started):
              "measures in the precision in use (a square matmul; bf16 under autocast).", "",
              f"Measured {started} on {os.uname().nodename} ({os.cpu_count()} cores), {a.ranks} ranks x {a.threads} "
              f"thread, {a.pairs} alternating pairs, {a.steps} steps ({a.warmup} warm-up steps not timed), model "
-             f"{a.n_layer} x {a.d_model} ({a.n_head} heads), seq_len {a.seq_len}, micro-batch {a.micro_batch}/rank.", "",
+             f"{a.n_layer} x {a.d_model} ({a.n_head} heads), vocab {a.vocab_size or 'of the data'}, seq_len {a.seq_len}, "
+             f"micro-batch {a.micro_batch}/rank.", "", f"Command: `{' '.join(sys.argv)}`", "",
              "| configuration | side | tokens/s median [min-max] | ours/theirs | peak RSS MiB per rank | "
-             "allocator peak MiB | bytes/step per rank | val loss | val loss vs ours | MFU |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "optimizer state MiB per rank | allocator peak MiB | bytes/step per rank | val loss | val loss vs ours | MFU |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for conf in dict.fromkeys(c for c, _ in results):
         sides = {s: r for (c, s), r in results.items() if c == conf}
         ours = sides.get("ours", {})
@@ -200,7 +209,7 @@ def report(a, results, started):
         ours_val = statistics.median(x["val_loss"] for x in ours["runs"]) if ours_ok else None
         for side, r in sides.items():
             if r["errors"]:
-                lines.append(f"| {conf} | {side} | FAILED: {r['errors'][0]} | no ratio | | | | | | |")
+                lines.append(f"| {conf} | {side} | FAILED: {r['errors'][0]} | no ratio | | | | | | | |")
                 continue
             tps = [x["tokens_per_s"] for x in r["runs"]]
             med = statistics.median(tps)
@@ -211,7 +220,8 @@ def report(a, results, started):
             alloc = mib(r["runs"][-1]["alloc_peak_bytes"]) if r["runs"][-1]["alloc_peak_bytes"] else "-"
             mfus = [x["mfu"] for x in r["runs"] if x.get("mfu") is not None]
             mfu = f"{100 * statistics.median(mfus):.1f}%" if mfus else "-"
-            lines.append(f"| {conf} | {side} | {med:.0f} [{min(tps):.0f}-{max(tps):.0f}] | {ratio} | {rss} | {alloc} | "
+            opt = mib(r["runs"][-1].get("opt_state_bytes"))
+            lines.append(f"| {conf} | {side} | {med:.0f} [{min(tps):.0f}-{max(tps):.0f}] | {ratio} | {rss} | {opt} | {alloc} | "
                          f"{r['runs'][-1]['bytes_per_step']:.0f} | {val:.4f} | {dval} | {mfu} |")
     lines += ["", "Where the time goes (rank 0, last pair, ms per step, mean over the timed steps): ours from its "
               "phase timers (comm = gradient all-reduce or parameter averaging; optimizer = clip + AdamW); theirs "
@@ -224,7 +234,7 @@ def report(a, results, started):
             continue
         x = r["runs"][-1]
         ph = x.get("phases_per_step", {})
-        if side == "ours":
+        if side.startswith("ours"):
             cols = [ph.get(k) for k in ("data_s", "forward_s", "backward_s", "comm_s", "optimizer_s")]
         else:
             cols = [ph.get(k) for k in ("data_s", "fwd_s", "bwd_s", "average_s", "clip_opt_s")]
@@ -254,7 +264,20 @@ def main():
     p.add_argument("--recompute", default="off,on", help="off,on | off | on")
     p.add_argument("--precision", default="fp32,bf16", help="fp32,bf16 | fp32 | bf16")
     p.add_argument("--port", type=int, default=29650)
-    a = p.parse_args()
+    p.add_argument("--vocab-size", type=int, default=0, help="model.vocab_size (0: the dataset's; larger: unused rows)")
+    p.add_argument("--modes", default="dp,local", help="dp,local | dp | local")
+    p.add_argument("--zero1", action="store_true", help="also ours with train.shard_optimizer = true (dp rows)")
+    p.add_argument("--preset", choices=["gpt2-small"],
+                   help="gpt2-small: 12 x 768, 12 heads, vocab 50257 (124 M parameters; byte-level data, the "
+                        "embedding rows above the dataset's vocabulary are never read), seq_len 256, micro-batch 2, "
+                        "bf16 without recompute, 12 steps, 2 warm-up; explicit options after it still apply")
+    argv = sys.argv[1:]
+    if "--preset" in argv and argv[argv.index("--preset") + 1:][:1] == ["gpt2-small"]:
+        argv = ["--n-layer", "12", "--d-model", "768", "--n-head", "12", "--vocab-size", "50257", "--seq-len", "256",
+                "--micro-batch", "2", "--precision", "bf16", "--recompute", "off", "--steps", "12", "--warmup", "2",
+                "--eval-batches", "2"] + argv
+    a = p.parse_args(argv)
+    a.modes = a.modes.split(",")
     a.python = venv_python(a.python)
     a.recompute = [x == "on" for x in a.recompute.split(",")]
     a.precision = a.precision.split(",")
@@ -276,6 +299,7 @@ def main():
                os.path.join(a.out, "prepare.log"), base_env(), 600)
     a.cfg = os.path.join(a.out, "bench.toml")
     open(a.cfg, "w").write(MODEL.format(data=data, steps=a.steps, threads=a.threads, n_layer=a.n_layer,
+                                        vocab_size=a.vocab_size,
                                         d_model=a.d_model, n_head=a.n_head, seq_len=a.seq_len, micro_batch=a.micro_batch,
                                         eval_batches=a.eval_batches))
     # Identical initial weights: our seed's init, unchanged by one step at lr 1e-30.

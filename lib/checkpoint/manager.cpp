@@ -1,6 +1,7 @@
 // Manager: the collective side of checkpointing. Rank 0 does all file I/O (gathering per-rank
-// state first, reading and verifying on load) and broadcasts both its verdict and the state, so
-// every rank takes the same branch and nobody waits in a collective for a rank that gave up.
+// state first, reading and verifying on load) inside comm::run_agreed, which gives every rank its
+// verdict, and then broadcasts the state, so every rank takes the same branch and nobody waits in
+// a collective for a rank that gave up. A failure that is not an ht::Error counts as bad data.
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -9,29 +10,12 @@
 #include "checkpoint/files.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/wire.h"
+#include "comm/agree.h"
 #include "core/error.h"
 #include "core/log.h"
 
 namespace ht::checkpoint {
 namespace {
-
-// Rank 0's outcome as one broadcastable string: "O<payload>" success, "N" nothing, "E<code>\n<msg>" failure.
-std::string failure(const std::exception& e) {
-  const auto* he = dynamic_cast<const Error*>(&e);
-  const int code = static_cast<int>(he ? he->code() : ExitCode::kData);
-  return fmt::format("E{}\n{}", code, e.what());
-}
-
-// Every rank gets rank 0's outcome; all throw the same error on failure.
-std::string agree(comm::Communicator& comm, const std::string& outcome) {
-  const std::string o = comm.broadcast_string(outcome, 0);
-  HT_REQUIRE(!o.empty(), ExitCode::kRuntime, "checkpoint: empty outcome from rank 0");
-  if (o[0] == 'E') {
-    const size_t nl = o.find('\n');
-    throw AgreedError(static_cast<ExitCode>(std::stoi(o.substr(1, nl - 1))), o.substr(nl + 1));
-  }
-  return o;
-}
 
 // After a successful read on rank 0: shared state to everyone, per-rank state of old rank
 // r % old_world to rank r.
@@ -64,73 +48,63 @@ Manager::Manager(std::string dir, int64_t keep, comm::Communicator& comm)
 
 std::string Manager::save(const Snapshot& s, int64_t step) {
   const std::vector<detail::TensorMap> per_rank = detail::gather_to_root(comm_, s.per_rank);
-  std::string outcome;
-  if (comm_.rank() == 0) {
-    try {
-      outcome = "O" + detail::commit_checkpoint(dir_, s, per_rank, step, comm_.size(), keep_);
-    } catch (const std::exception& e) {
-      outcome = failure(e);
-    }
-  }
-  return agree(comm_, outcome).substr(1);
+  std::string path;
+  comm::run_agreed(comm_, [&] {
+    if (comm_.rank() == 0) path = detail::commit_checkpoint(dir_, s, per_rank, step, comm_.size(), keep_);
+  }, ExitCode::kData);
+  return comm_.broadcast_string(path, 0);
 }
 
 std::string Manager::save_best(const Snapshot& s, int64_t step) {
   const std::vector<detail::TensorMap> per_rank = detail::gather_to_root(comm_, s.per_rank);
-  std::string outcome;
-  if (comm_.rank() == 0) {
-    try {
-      outcome = "O" + detail::commit_best(dir_, s, per_rank, step, comm_.size());
-    } catch (const std::exception& e) {
-      outcome = failure(e);
-    }
-  }
-  return agree(comm_, outcome).substr(1);
+  std::string path;
+  comm::run_agreed(comm_, [&] {
+    if (comm_.rank() == 0) path = detail::commit_best(dir_, s, per_rank, step, comm_.size());
+  }, ExitCode::kData);
+  return comm_.broadcast_string(path, 0);
 }
 
 Snapshot Manager::load(const std::string& path) {
   detail::FileContents c;
-  std::string outcome;
-  if (comm_.rank() == 0) {
-    try {
-      c = detail::read_contents(path);
-      outcome = "O";
-    } catch (const std::exception& e) {
-      outcome = failure(e);
-    }
-  }
-  agree(comm_, outcome);
+  comm::run_agreed(comm_, [&] {
+    if (comm_.rank() == 0) c = detail::read_contents(path);
+  }, ExitCode::kData);
   Snapshot s = distribute(comm_, &c);
   HT_INFO("loaded checkpoint {} (step {})", path, s.step);
   return s;
 }
 
-std::optional<Snapshot> Manager::load_latest() {
-  detail::FileContents c;
-  std::string outcome = "N";
-  if (comm_.rank() == 0) {
+namespace {
+
+// Rank 0 reads the newest checkpoint that verifies, falling back over damaged ones.
+bool read_latest(const std::string& dir, detail::FileContents& c) {
+  const auto candidates = detail::load_candidates(dir);
+  std::vector<std::string> faults;
+  for (size_t i = 0; i < candidates.size(); ++i) {
     try {
-      const auto candidates = detail::load_candidates(dir_);
-      std::vector<std::string> faults;
-      for (size_t i = 0; i < candidates.size() && outcome == "N"; ++i) {
-        try {
-          c = detail::read_contents(candidates[i]);
-          outcome = "O";
-        } catch (const std::exception& e) {
-          std::string why = e.what();
-          if (why.rfind(candidates[i] + ": ", 0) == 0) why = why.substr(candidates[i].size() + 2);
-          faults.push_back(fmt::format("{}: {}", candidates[i], why));
-          if (i + 1 < candidates.size())
-            HT_WARN("checkpoint {} is damaged ({}); falling back to {}", candidates[i], why, candidates[i + 1]);
-        }
-      }
-      if (outcome == "N" && !faults.empty())
-        HT_FAIL(ExitCode::kData, "no valid checkpoint in {}: {}", dir_, fmt::join(faults, "; "));
+      c = detail::read_contents(candidates[i]);
+      return true;
     } catch (const std::exception& e) {
-      outcome = failure(e);
+      std::string why = e.what();
+      if (why.rfind(candidates[i] + ": ", 0) == 0) why = why.substr(candidates[i].size() + 2);
+      faults.push_back(fmt::format("{}: {}", candidates[i], why));
+      if (i + 1 < candidates.size())
+        HT_WARN("checkpoint {} is damaged ({}); falling back to {}", candidates[i], why, candidates[i + 1]);
     }
   }
-  if (agree(comm_, outcome) == "N") return std::nullopt;
+  HT_REQUIRE(faults.empty(), ExitCode::kData, "no valid checkpoint in {}: {}", dir, fmt::join(faults, "; "));
+  return false;
+}
+
+}  // namespace
+
+std::optional<Snapshot> Manager::load_latest() {
+  detail::FileContents c;
+  bool found = false;
+  comm::run_agreed(comm_, [&] {
+    if (comm_.rank() == 0) found = read_latest(dir_, c);
+  }, ExitCode::kData);
+  if (comm_.broadcast_string(found ? "found" : "", 0).empty()) return std::nullopt;
   Snapshot s = distribute(comm_, &c);
   HT_INFO("loaded checkpoint {} (step {})", s.path, s.step);
   return s;

@@ -26,7 +26,7 @@ Disagreement compare_with_root(Communicator& comm, uint64_t value) {
   return d;
 }
 
-void run_agreed(Communicator& comm, const std::function<void()>& fn) {
+void run_agreed(Communicator& comm, const std::function<void()>& fn, ExitCode other_code) {
   int64_t code = 0;
   std::string message;
   try {
@@ -35,7 +35,7 @@ void run_agreed(Communicator& comm, const std::function<void()>& fn) {
     code = static_cast<int64_t>(e.code());
     message = e.what();
   } catch (const std::exception& e) {
-    code = static_cast<int64_t>(ExitCode::kRuntime);
+    code = static_cast<int64_t>(other_code);
     message = e.what();
   }
   std::vector<int64_t> codes(static_cast<size_t>(comm.size()));

@@ -24,10 +24,12 @@ struct Disagreement {
 // Collective (allgather of one value per rank); the same result on every rank.
 Disagreement compare_with_root(Communicator& comm, uint64_t value);
 
-// Collective: runs fn on every rank (fn itself must not call collectives). If fn threw on any
-// rank, every rank throws ht::AgreedError with the exit code and message of the lowest failing
-// rank, so the job ends once, cleanly, instead of each rank aborting it.
-void run_agreed(Communicator& comm, const std::function<void()>& fn);
+// Collective: runs fn on every rank (fn itself must not call collectives; work of one rank is an
+// fn that does nothing elsewhere). If fn threw on any rank, every rank throws ht::AgreedError with
+// the exit code and message of the lowest failing rank, so the job ends once, cleanly, instead of
+// each rank aborting it. An exception that is not an ht::Error carries `other_code`. This is the
+// one way ranks agree on a failure: checkpoint I/O, set-up, inspect and the phases all use it.
+void run_agreed(Communicator& comm, const std::function<void()>& fn, ExitCode other_code = ExitCode::kRuntime);
 
 // Collective: throws ht::Error(code) on every rank when any rank's value differs from rank 0's.
 // The message is `what` followed by the differing ranks and their values.

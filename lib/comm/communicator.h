@@ -46,7 +46,8 @@ class Communicator {
   virtual void allgather(const void* send, void* recv, size_t bytes_per_rank) = 0;
   virtual std::unique_ptr<Request> iallgather(const void* send, void* recv, size_t bytes_per_rank);
   // Reduce-scatter of fp32 sums (MPI_Reduce_scatter_block): send holds size() * count values,
-  // recv receives the sum over ranks of block rank() (count values). recv may not alias send.
+  // recv receives the sum over ranks of block rank() (count values). send == recv: in place
+  // (MPI_IN_PLACE), the input is all of recv and block rank()'s sum lands in its first count values.
   virtual void reduce_scatter(const float* send, float* recv, size_t count) = 0;
   virtual std::unique_ptr<Request> ireduce_scatter(const float* send, float* recv, size_t count);
   // A communicator of the ranks that pass the same color, ordered by key (MPI_Comm_split): the

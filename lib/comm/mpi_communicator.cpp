@@ -318,7 +318,8 @@ class MpiCommunicator final : public Communicator {
 
   void reduce_scatter(const float* send, float* recv, size_t count) override {
     HT_REQUIRE(count <= kMaxChunk, ExitCode::kRuntime, "reduce_scatter of {} values per rank exceeds INT_MAX", count);
-    HT_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm_));
+    HT_MPI_CHECK(MPI_Reduce_scatter_block(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count), MPI_FLOAT,
+                                          MPI_SUM, comm_));
     bytes_communicated_ += count * sizeof(float) * static_cast<size_t>(size_);
   }
 
@@ -327,7 +328,8 @@ class MpiCommunicator final : public Communicator {
     auto req = std::make_unique<MpiRequest>(rank_);
     MPI_Request r = MPI_REQUEST_NULL;
     HT_MPI_CHECK(
-        MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm_, &r));
+        MPI_Ireduce_scatter_block(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                                  comm_, &r));
     req->reqs_.push_back(r);
     bytes_communicated_ += count * sizeof(float) * static_cast<size_t>(size_);
     return req;
@@ -385,7 +387,7 @@ class LocalCommunicator final : public Communicator {
     if (send != recv) std::memmove(recv, send, bytes_per_rank);
   }
   void reduce_scatter(const float* send, float* recv, size_t count) override {
-    std::memmove(recv, send, count * sizeof(float));
+    if (send != recv) std::memmove(recv, send, count * sizeof(float));
   }
   std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<LocalCommunicator>(); }
   int node_leader() const override { return 0; }

@@ -130,8 +130,8 @@ const std::vector<Key>& keys() {
       HT_KEY(local_sgd, average_buffers, "average module buffers too"),
       HT_KEY(local_sgd, optimizer_state, "AdamW moments at each sync: kept per rank or averaged"),
       HT_KEY(local_sgd, outer, "plain average, or DiLoCo's outer Nesterov SGD on the pseudo-gradient"),
-      HT_KEY(local_sgd, outer_lr, "DiLoCo outer learning rate"),
-      HT_KEY(local_sgd, outer_momentum, "DiLoCo outer momentum"),
+      HT_KEY(local_sgd, outer_lr, "DiLoCo outer learning rate (the paper: 0.7 for ~500 inner steps)"),
+      HT_KEY(local_sgd, outer_momentum, "DiLoCo outer Nesterov momentum (the paper: 0.9 for ~500 inner steps)"),
       HT_KEY(local_sgd, nesterov, "DiLoCo Nesterov momentum"),
       HT_KEY(local_sgd, comm_dtype,
              "exchange precision (fp32 accumulation); int8/int4 quantize the change since the last exchange "

@@ -46,6 +46,7 @@ void report_step(MetricsWriter& metrics, const StepReport& r, const SyncStats& s
                  {"ranks", r.world_size},
                  {"peak_step_bytes", r.peak_step_bytes},
                  {"peak_rss_bytes", memory::process_peak_rss_bytes()},
+                 {"optimizer_state_bytes", r.optimizer_state_bytes},
                  {"syncs", sync.syncs},
                  {"grad_allreduces", sync.grad_allreduces},
                  {"bytes_sent", sync.bytes_sent},

@@ -26,6 +26,7 @@ struct StepReport {
   double flops_per_token = 0.0, peak_flops_per_rank = 0.0;
   int world_size = 1;
   PhaseStats phases;
+  int64_t optimizer_state_bytes = 0;  // this rank's moments (1/W of them with train.shard_optimizer)
 };
 
 // What the two start-up lines (rank 0) say about a run.

@@ -195,7 +195,7 @@ bool Trainer::Impl::step(bool& signalled) {
     const StepReport r{counters.step,      total,          acc.mean_loss,   lr,
                        grad_norm,          sw.seconds(),   acc.tokens * comm.size(), counters.tokens_seen,
                        peak_bytes,         flops_per_token, peak_flops,     comm.size(),
-                       gather_phase_stats(clock, comm)};
+                       gather_phase_stats(clock, comm), dp->optimizer().state_bytes()};
     report_step(*metrics, r, dp->stats());
   }
   return true;

@@ -20,7 +20,46 @@ refused() {
   note "refused ($np ranks): $(grep -F -- "$text" "$WORK/out.txt" | head -n 1)"
 }
 
+# trained NAME SETS...: a 2-rank run of TINY into $WORK/NAME that must succeed (final checkpoint kept).
+trained() {
+  local name=$1; shift
+  local sets=()
+  for s in "$@"; do sets+=(--set "$s"); done
+  expect_rc 0 mpi 2 "$HPCTRAIN" train --set data.path="$WORK/lm.h5" --set train.output_dir="$WORK/$name" "${TINY[@]}" \
+    "${sets[@]}"
+}
+# last_metric NAME FIELD: FIELD of the run's last training line.
+last_metric() {
+  python3 -c "import json,sys;r=[json.loads(l) for l in open(sys.argv[1]) if '\"loss\"' in l];print(r[-1][sys.argv[2]])" \
+    "$WORK/$1/metrics.jsonl" "$2"
+}
+same_model() {  # same_model A B: the final checkpoints' /model groups are bit-identical
+  h5diff -q "$WORK/$1/checkpoints/ckpt-00000008.h5" "$WORK/$2/checkpoints/ckpt-00000008.h5" /model /model \
+    || fail "$1 and $2 end with different models"
+}
+
 case "$CASE" in
+  paths_ran)
+    # The claimed path ran, through the real binary: the overlapped gradient all-reduce starts
+    # buckets inside backward (buckets_in_backward > 0; 0 when blocking) and ends bit-identical to
+    # the blocking run; forced host staging stages (staged_transfers > 0) and changes no bit.
+    lm_data
+    # d_model 256: 6.6 MB of gradients, 7 buckets of 1 MiB, most of them ready before backward ends.
+    trained blocking local_sgd.enabled=false model.d_model=256 local_sgd.bucket_mb=1
+    trained overlapped local_sgd.enabled=false model.d_model=256 local_sgd.bucket_mb=1 \
+      local_sgd.overlap_grad_allreduce=true
+    [ "$(last_metric blocking buckets_in_backward)" = 0 ] || fail "the blocking run counts buckets in backward"
+    in_backward=$(last_metric overlapped buckets_in_backward)
+    [ "$in_backward" -ge 8 ] || fail "overlap_grad_allreduce = true started $in_backward buckets inside backward in 8 steps"
+    same_model blocking overlapped
+    trained direct local_sgd.enabled=true local_sgd.steps=2
+    HPCTRAIN_COMM_FORCE_STAGING=1 trained staged local_sgd.enabled=true local_sgd.steps=2
+    [ "$(last_metric direct staged_transfers)" = 0 ] || fail "the direct run staged"
+    staged=$(last_metric staged staged_transfers)
+    [ "$staged" -ge 4 ] || fail "HPCTRAIN_COMM_FORCE_STAGING=1 staged $staged transfers in 4 syncs"
+    same_model direct staged
+    note "buckets in backward: $in_backward in 8 steps; staged transfers: $staged"
+    ;;
   bad_keys)
     lm_data
     refused 2 "config key 'train.shard_optimizer': shards the optimizer state of the per-step data-parallel mode" \

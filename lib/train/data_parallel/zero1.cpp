@@ -41,7 +41,9 @@ Zero1::Zero1(torch::nn::Module& model, comm::Communicator& comm, const config::C
   grad_flat_->bind(grads);
   shard_numel_ = param_flat_->padded_numel() / comm_.size();
   shard_begin_ = comm_.rank() * shard_numel_;
-  grad_shard_ = torch::zeros({shard_numel_}, param_flat_->flat().options());
+  // The reduce-scatter runs in place: this rank's reduced shard lands at the front of the flat
+  // gradient buffer, so the shard needs no buffer of its own (1/W of the model less per rank).
+  grad_shard_ = grad_flat_->flat().narrow(0, 0, shard_numel_);
   optimizer_ = make_optimizer(cfg.train, make_pieces());
 }
 
@@ -78,8 +80,9 @@ void Zero1::after_backward() {
     grads.push_back(p.grad());
   }
   grad_flat_->bind(grads);  // gradients that left the buffer (freed by a caller) move back
-  comm_.reduce_scatter(grad_flat_->flat().data_ptr<float>(), grad_shard_.data_ptr<float>(),
-                       static_cast<size_t>(shard_numel_));
+  float* flat = grad_flat_->flat().data_ptr<float>();
+  HT_REQUIRE(grad_shard_.data_ptr<float>() == flat, ExitCode::kRuntime, "ZeRO-1: the gradient buffer moved");
+  comm_.reduce_scatter(flat, flat, static_cast<size_t>(shard_numel_));
   grad_shard_.mul_(1.0 / comm_.size());
   stats_.grad_allreduces += 1;
   const auto bytes = static_cast<uint64_t>(param_flat_->padded_numel()) * 4;

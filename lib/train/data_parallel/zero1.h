@@ -42,7 +42,8 @@ class Zero1 final : public DataParallel {
   std::vector<int64_t> offsets_;  // each parameter's offset in the flat layout
   std::unique_ptr<comm::ParamAverager> param_flat_, grad_flat_;
   int64_t shard_numel_ = 0, shard_begin_ = 0;
-  torch::Tensor grad_shard_;  // this rank's reduced gradients: the optimizer's gradients are views of it
+  torch::Tensor grad_shard_;  // this rank's reduced gradients (the front of grad_flat_, in place): the
+                              // optimizer's gradients are views of it
   std::vector<Piece> pieces_;
   std::unique_ptr<Optimizer> optimizer_;
   SyncStats stats_;

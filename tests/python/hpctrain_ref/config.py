@@ -16,7 +16,7 @@ DEFAULTS = {
     "eval": {"strategy": "epoch", "every_steps": 0, "batch_size": 16, "max_batches": 0},
     "recompute": {"policy": "none", "k": 1, "first_n": 0},
     "local_sgd": {"enabled": False, "steps": 8, "warmup_steps": 0, "average_buffers": True,
-                  "optimizer_state": "local", "outer": "average", "outer_lr": 0.7, "outer_momentum": 0.9,
+                  "optimizer_state": "local", "outer": "average", "outer_lr": 1.0, "outer_momentum": 0.1,
                   "nesterov": True, "comm_dtype": "fp32", "overlap_steps": 0, "bucket_mb": 0, "overlap_grad_allreduce": False,
                   "consistency_check": True},
     "checkpoint": {"dir": "", "every_steps": 0, "keep": 2, "save_final": True},

@@ -1,4 +1,4 @@
-#include "train/plot.h"
+#include "train/report/plot.h"
 
 #include <unistd.h>
 
@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
-#include "train/gnuplot.h"
+#include "train/report/gnuplot.h"
 
 namespace ht::train {
 namespace {

@@ -2,7 +2,8 @@
 # libFuzzer campaign over the project's own parsers: builds tests/fuzz/fuzz_*.cpp with clang-14
 # (-fsanitize=fuzzer,address,undefined; our libraries instrumented too) into build-fuzz/ (its own
 # build directory: the normal build is untouched) and runs each target for SECONDS from its seed
-# corpus in tests/fuzz/corpus/<target>/. Prints the executions per target; exits non-zero on any
+# corpus in tests/fuzz/corpus/<target>/ and the regression inputs in tests/fuzz/regressions/<target>/
+# (the normal build replays both in ctest, label "fuzz"). Prints the executions per target; exits non-zero on any
 # crash, sanitizer report, timeout or out-of-memory, keeping the input that caused it under
 # build-fuzz/crashes/<target>/ (reproduce: build-fuzz/fuzz/fuzz_<target> <that file>).
 #
@@ -57,6 +58,9 @@ summary=()
 for t in "${targets[@]}"; do
   bin="$BUILD/fuzz/fuzz_$t"
   seeds="tests/fuzz/corpus/$t"
+  # The inputs that reproduce earlier findings start the search too (ctest -L fuzz replays them).
+  regressions=()
+  [ -d "tests/fuzz/regressions/$t" ] && regressions=("tests/fuzz/regressions/$t")
   [ -x "$bin" ] || { echo "fuzz: no target '$t' (tests/fuzz/fuzz_$t.cpp)" >&2; exit 1; }
   [ -d "$seeds" ] || { echo "fuzz: no seed corpus $seeds" >&2; exit 1; }
   corpus="$BUILD/corpus/$t"
@@ -68,7 +72,7 @@ for t in "${targets[@]}"; do
   # -timeout: one input running this long is a finding (a hang); -malloc_limit_mb: so is asking
   # for a GiB at once (our readers check sizes against the file before allocating).
   "$bin" -max_total_time="$SECONDS_PER_TARGET" -timeout=30 -rss_limit_mb=4096 -malloc_limit_mb=1024 \
-    -max_len=4096 -print_final_stats=1 -artifact_prefix="$crashes/" "$corpus" "$seeds" >"$log" 2>&1
+    -max_len=4096 -print_final_stats=1 -artifact_prefix="$crashes/" "$corpus" "$seeds" "${regressions[@]}" >"$log" 2>&1
   rc=$?
   set -e
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

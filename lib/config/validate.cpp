@@ -176,9 +176,6 @@ void validate(const Config& c) {
   if (c.checkpoint.keep < 2) bad("checkpoint.keep", "must be >= 2 so a damaged newest file has a fallback");
   if (c.log.every_steps < 1) bad("log.every_steps", "must be >= 1");
   check_name_inside_output_dir("log.metrics_file", c.log.metrics_file);
-  if (c.train.autocast == Autocast::kBf16 && c.recompute.policy == RecomputePolicy::kSelective)
-    bad("recompute.policy", "selective does not support train.autocast = bf16 (its hand-written linear backward is "
-                            "fp32); use full or every_k with autocast");
   check_evaluation_use(c);
   check_fits_in_memory(c);
 }

@@ -1,8 +1,10 @@
 // Selective recompute: keep the matmul outputs, recompute the cheap ops. Two Functions beyond the
 // segment primitive: CheapThenLinear (a norm or GELU followed by a Linear: only the cheap op's
 // input is saved; backward recomputes the cheap op and applies the Linear's backward by hand,
-// with the same ops autograd would use for at::linear, so gradients are bitwise equal), and
-// MaskDropout (saves the RNG state instead of the dropout mask and regenerates the mask).
+// with the same ops autograd would use for at::linear, so gradients are bitwise equal in fp32;
+// under autocast the same casts autograd would make: bf16 matmuls with fp32 accumulation, the
+// gradients rounded to bf16 and converted back to the parameters' dtype), and MaskDropout (saves
+// the RNG state instead of the dropout mask and regenerates the mask).
 #include <ATen/ExpandUtils.h>
 
 #include "core/error.h"
@@ -19,7 +21,14 @@ struct CheapLinearState : detail::CountedState {
   SegmentFn cheap;
   size_t n_cheap_params = 0;
   bool has_bias = false;
+  detail::AutocastSnapshot autocast;  // the forward's: replayed for the recompute, names the matmul dtype
 };
+
+// The dtype autocast gave the forward's linear on this device, or Undefined when it was off.
+at::ScalarType lower_precision(const detail::AutocastSnapshot& a, const torch::Device& d) {
+  if (d.is_cuda()) return a.cuda_enabled ? a.cuda_dtype : at::ScalarType::Undefined;
+  return a.cpu_enabled ? a.cpu_dtype : at::ScalarType::Undefined;
+}
 
 // Linear backward as autograd computes it for at::linear on a contiguous [.., in] input:
 // addmm(bias, a2d, W.t()) -> grad_a2d = gy2d.mm(W), grad_W = gy2d.t().mm(a2d), grad_b = sum_to(gy2d).
@@ -48,13 +57,20 @@ struct CheapThenLinear : torch::autograd::Function<CheapThenLinear> {
     torch::Tensor a;
     {
       torch::AutoGradMode grad_on(true);
+      detail::AutocastReplayScope autocast(state->autocast);
       a = state->cheap(xd);
     }
+    // Autocast ran the linear on copies of a and W in the lower precision: the matmuls of its
+    // backward use those copies, and each gradient is converted back as its cast's backward does.
+    const at::ScalarType lp = lower_precision(state->autocast, w.device());
+    const bool low = lp != at::ScalarType::Undefined;
+    const torch::Tensor wl = low ? w.to(lp) : w;
     const torch::Tensor gy2d = grad_outputs[0].reshape({-1, w.size(0)});
-    const torch::Tensor a2d = a.detach().reshape({-1, w.size(1)});
+    const torch::Tensor a2d = low ? a.detach().reshape({-1, w.size(1)}).to(lp) : a.detach().reshape({-1, w.size(1)});
     variable_list out(saved.size() + 1);  // [state, x, cheap params..., W, b]
-    if (w.requires_grad()) out[2 + nc] = gy2d.t().mm(a2d);
-    if (state->has_bias && saved[2 + nc].requires_grad()) out[3 + nc] = at::sum_to(gy2d, saved[2 + nc].sizes());
+    if (w.requires_grad()) out[2 + nc] = gy2d.t().mm(a2d).to(w.scalar_type());
+    if (state->has_bias && saved[2 + nc].requires_grad())
+      out[3 + nc] = at::sum_to(gy2d, saved[2 + nc].sizes()).to(saved[2 + nc].scalar_type());
 
     variable_list wrt;
     std::vector<size_t> slot;
@@ -62,7 +78,7 @@ struct CheapThenLinear : torch::autograd::Function<CheapThenLinear> {
     for (size_t i = 1; i <= nc; ++i)
       if (saved[i].requires_grad()) wrt.push_back(saved[i]), slot.push_back(i + 1);
     if (wrt.empty()) return out;
-    const torch::Tensor grad_a = gy2d.mm(w).view(a.sizes());
+    const torch::Tensor grad_a = gy2d.mm(wl).view(a.sizes()).to(a.scalar_type());
     const variable_list g = torch::autograd::grad({a}, wrt, {grad_a}, false, false, /*allow_unused=*/false);
     for (size_t i = 0; i < g.size(); ++i) out[slot[i]] = g[i];
     return out;
@@ -110,6 +126,7 @@ torch::Tensor cheap_then_linear(SegmentFn cheap, const torch::Tensor& x, std::ve
   state->cheap = std::move(cheap);
   state->n_cheap_params = cheap_params.size();
   state->has_bias = linear->bias.defined();
+  state->autocast = detail::AutocastSnapshot::capture();
   std::vector<torch::Tensor> params = std::move(cheap_params);
   params.push_back(linear->weight);
   if (state->has_bias) params.push_back(linear->bias);
@@ -129,9 +146,6 @@ torch::Tensor mask_dropout(const torch::Tensor& x, torch::nn::Dropout drop, cons
 }  // namespace
 
 torch::Tensor selective_block(model::Block& block, const torch::Tensor& x, const Options& opts) {
-  HT_REQUIRE(!detail::AutocastSnapshot::capture().any_enabled(), ExitCode::kUsage,
-             "recompute.policy = selective does not support autocast (its hand-written linear backward is fp32); "
-             "use full or every_k");
   auto& attn = block->attn;
   auto& mlp = block->mlp;
   auto ln1 = block->ln1.ptr(), ln2 = block->ln2.ptr();

@@ -18,10 +18,18 @@ BASE=(--set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set mo
       --set train.device=cpu --set eval.strategy=no --set log.every_steps=1
       --set train.max_steps=20 --set checkpoint.keep=5)
 
+# What users run: BASE without the pins of train.threads (default 0 = cores / ranks on the node) and
+# eval.strategy (default 'epoch': evaluated at every epoch end and at the end of training). With
+# small_lm_data an epoch is 6 steps on 2 ranks and 13 on 1, so the 20 steps cross epoch ends.
+DEFAULTS=(--set model.n_layer=2 --set model.d_model=64 --set model.n_head=4 --set model.seq_len=64
+          --set train.micro_batch_size=4 --set train.lr=3e-3 --set train.warmup_steps=2
+          --set train.device=cpu --set log.every_steps=1 --set train.max_steps=20 --set checkpoint.keep=5)
+RUN_BASE=("${BASE[@]}")  # what train() runs with; the *_defaults cases switch it to DEFAULTS
+
 # train LOG OUTDIR WANT_RC NP ARGS...: `hpctrain train` on NP ranks, output in $WORK/LOG.log.
 train() {
   local log=$1 out=$2 want=$3 np=$4; shift 4
-  mpi "$np" "$HPCTRAIN" train --set data.path="$WORK/lm.h5" "${BASE[@]}" --set train.output_dir="$WORK/$out" "$@" \
+  mpi "$np" "$HPCTRAIN" train --set data.path="$WORK/lm.h5" "${RUN_BASE[@]}" --set train.output_dir="$WORK/$out" "$@" \
     >"$WORK/$log.log" 2>&1
   local rc=$?
   [ "$rc" -eq 124 ] && { tail -30 "$WORK/$log.log"; fail "$log: timed out (a rank hung?)"; }
@@ -75,6 +83,31 @@ print(f"--- losses of steps {steps[0]}..{steps[-1]} identical")
 PY
 }
 
+# Per-step evaluation results (eval_loss, eval_accuracy; exact doubles) equal for steps > FROM in two
+# metrics files, and there are some: the evaluation ran after the resume.
+same_eval() {
+  python3 - "$1" "$2" "$3" <<'PY' || fail "evaluation results differ"
+import json, sys
+def evals(p):
+    return {l["step"]: (l["eval_loss"], l.get("eval_accuracy")) for l in map(json.loads, open(p)) if "eval_loss" in l}
+a, b, start = evals(sys.argv[1]), evals(sys.argv[2]), int(sys.argv[3])
+steps = sorted(s for s in a if s > start)
+assert steps, f"no evaluation after step {start} in {sys.argv[1]} (evaluated at {sorted(a)})"
+assert sorted(s for s in b if s > start) == steps, (steps, sorted(b))
+bad = [(s, a[s], b[s]) for s in steps if a[s] != b[s]]
+assert not bad, f"evaluation differs at {bad[:3]}"
+print(f"--- evaluations at steps {steps} identical")
+PY
+}
+
+# small_lm_data: $WORK/lm.h5 from the first 4000 bytes of fortunes (3357 training tokens): an epoch
+# is a few steps, so epoch-end evaluation happens inside a 20-step run.
+small_lm_data() {
+  head -c 4000 "$FORTUNES/fortunes" >"$WORK/small.txt" || fail "cannot read $FORTUNES/fortunes"
+  "$HPCTRAIN" prepare --input "$WORK/small.txt" --output "$WORK/lm.h5" --val-fraction 0.1 >"$WORK/prepare.log" 2>&1 \
+    || { cat "$WORK/prepare.log"; fail "prepare failed"; }
+}
+
 # Flips the middle byte of the stored data of DATASET (found by content) in FILE.
 flip_in_dataset() {
   local file=$1 ds=$2
@@ -118,7 +151,7 @@ await_ranks() {
 # changes nothing), vs a fresh process resumed from that step-10 checkpoint (resume is exact).
 resume_case() {
   local np=$1; shift
-  lm_data
+  "${PREPARE:-lm_data}"
   train straight straight 0 "$np" --set checkpoint.every_steps=0 "$@"
   [ ! -e "$(ckpt straight 10)" ] || fail "the straight run saved at step 10"
   train saving saving 0 "$np" --set checkpoint.every_steps=10 "$@"
@@ -130,8 +163,27 @@ resume_case() {
   same_losses "$WORK/straight/metrics.jsonl" "$WORK/resumed/metrics.jsonl" 10
 }
 
+# resume_case on the defaults users run (DEFAULTS: threads and evaluation as `--help-config` says),
+# dropout on: the resolved config must really hold the defaults, and the evaluations after the
+# resume must equal the straight run's.
+defaults_case() {
+  local np=$1; shift
+  RUN_BASE=("${DEFAULTS[@]}")
+  PREPARE=small_lm_data
+  resume_case "$np" --set model.dropout=0.1 "$@"
+  grep -qx "threads = 0" "$WORK/resumed/config.toml" || fail "train.threads is not the default 0 in resumed/config.toml"
+  grep -qx "strategy = 'epoch'" "$WORK/resumed/config.toml" || fail "eval.strategy is not the default 'epoch' in resumed/config.toml"
+  note "$(grep -m1 -o "run: .* threads/rank" "$WORK/resumed.log")"
+  same_eval "$WORK/straight/metrics.jsonl" "$WORK/saving/metrics.jsonl" 0
+  same_eval "$WORK/straight/metrics.jsonl" "$WORK/resumed/metrics.jsonl" 10
+}
+
 case "$CASE" in
   resume_np1) resume_case 1 ;;
+  resume_defaults_np1) defaults_case 1 ;;
+  resume_defaults_np2) defaults_case 2 ;;
+  resume_defaults_local_sgd_np1) defaults_case 1 --set local_sgd.enabled=true --set local_sgd.steps=4 ;;
+  resume_defaults_local_sgd_np2) defaults_case 2 --set local_sgd.enabled=true --set local_sgd.steps=4 ;;
   resume_np2) resume_case 2 ;;
   resume_local_sgd)
     # Step 10 is mid-interval for N = 4: the replicas differ when the checkpoint is written.

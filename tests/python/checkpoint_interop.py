@@ -2,7 +2,8 @@
 with plain h5py into an equivalent PyTorch GPT (tests/python/hpctrain_ref/model.py), and that model's
 validation loss equals `hpctrain eval --checkpoint FILE` on the same data.
 
-Usage: checkpoint_interop.py --hpctrain BIN [--work DIR]   (run through with_venv.sh; exit 77 = skip)
+Usage: checkpoint_interop.py --hpctrain BIN [--work DIR]   (run through with_venv.sh; a missing
+prerequisite ends it through tests/support/skip.sh: exit 77 = skipped, or 1 under scripts/test.sh)
 """
 import argparse
 import math
@@ -18,6 +19,7 @@ import h5py
 import numpy as np
 import torch
 
+from common import skip_suite
 from hpctrain_ref.model import Gpt, GptOptions
 
 FORTUNES = "/usr/share/games/fortunes/fortunes"
@@ -70,8 +72,7 @@ def main():
     ap.add_argument("--work", default=None)
     a = ap.parse_args()
     if not os.path.exists(FORTUNES):
-        print(f"SKIP: {FORTUNES} missing (apt-get install fortunes)")
-        return 77
+        skip_suite(f"{FORTUNES} missing (apt-get install fortunes)")
     work = a.work or tempfile.mkdtemp(prefix="ht-interop-")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)

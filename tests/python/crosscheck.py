@@ -107,7 +107,9 @@ def main():
     l0, r0 = ours[0]["loss"], ref[0]["loss"]
     rel0 = abs(l0 - r0) / abs(r0)
     c.check(rel0 <= 1e-5, f"first-step loss: ours {l0:.8f} vs torch {r0:.8f} (relative diff {rel0:.2e} <= 1e-5)")
-    rel_all = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(ours, ref))
+    # zip stops at the shorter list: without the length check above, a side that logged fewer steps
+    # would be compared on its steps only; with no step at all, the diff is infinite (a failure).
+    rel_all = max((abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(ours, ref)), default=math.inf)
     c.check(rel_all <= 1e-4, f"all {STEPS} step losses agree: max relative diff {rel_all:.2e} <= 1e-4")
     c.check(ours[-1]["loss"] < ours[0]["loss"] - 0.5, f"loss decreases ({ours[0]['loss']:.3f} -> {ours[-1]['loss']:.3f})")
     check_params(c, f"parameters after {STEPS} DP steps", latest_checkpoint(f"{w}/ours_dp"), f"{w}/ref_ddp.h5")
@@ -123,12 +125,16 @@ def main():
     run_reference(f"{w}/ref_accel", cfg, [], variant="accel", ranks=2,
                   extra=["--init", init, "--save-params", f"{w}/ref_accel.h5"])
     ours, ref = step_lines(f"{w}/ours_lsgd/metrics.jsonl"), step_lines(f"{w}/ref_accel/metrics.jsonl")
-    rel_all = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(ours, ref))
+    c.check(len(ours) == STEPS and len(ref) == STEPS,
+            f"local SGD: both logged {STEPS} steps (ours {len(ours)}, Accelerate {len(ref)})")
+    rel_all = max((abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(ours, ref)), default=math.inf)
     c.check(rel_all <= 1e-4, f"local SGD: all {STEPS} rank-0 losses agree: max relative diff {rel_all:.2e} <= 1e-4")
     check_params(c, f"parameters after {STEPS} local-SGD steps vs Accelerate LocalSGD",
                  latest_checkpoint(f"{w}/ours_lsgd"), f"{w}/ref_accel.h5")
-    c.check(ours[-1].get("bytes_sent") == ref[-1]["bytes_sent"],
-            f"local SGD bytes per rank over {STEPS} steps: ours {ours[-1].get('bytes_sent')} == Accelerate {ref[-1]['bytes_sent']}")
+    ours_bytes = ours[-1].get("bytes_sent") if ours else None
+    ref_bytes = ref[-1].get("bytes_sent") if ref else None
+    c.check(ours_bytes is not None and ours_bytes == ref_bytes,
+            f"local SGD bytes per rank over {STEPS} steps: ours {ours_bytes} == Accelerate {ref_bytes}")
     c.check(all(math.isfinite(x["loss"]) for x in ours + ref), "no NaN")
     return c.finish()
 

@@ -1,17 +1,20 @@
 #!/bin/bash
-# Bad input to the job scripts: each case must end with a clear message and a non-zero exit,
-# never a job that runs forever.   test_bad_input.sh no_allocation|world_size|pmi|missing_ckpt|data_one_node
+# Bad input to the job scripts: each case must end with its exact exit code (README "Exit codes":
+# 1 usage/config, 2 data or I/O; train.sbatch's pre-flight uses the same codes) and its specific
+# message, never a job that runs forever.
+#   test_bad_input.sh no_allocation|world_size|pmi|missing_ckpt|data_one_node
 source "$(dirname "$0")/lib.sh"
 case_name="${1:?case}"
 new_workdir "bad_$case_name"
 
-# Runs a train job that must fail; checks its state, exit code and that the message is in the output.
+# expect_failed_job JID OUT WANT_CODE MESSAGE_REGEX: the job ended FAILED with exit code WANT_CODE
+# (Slurm's ExitCode is CODE:SIGNAL; the signal must be 0) and MESSAGE_REGEX is in its output.
 expect_failed_job() {
-  local jid="$1" out="$2" msg="$3" st code
+  local jid="$1" out="$2" want="$3" msg="$4" st code
   st=$(wait_job "$jid"); show_output "$out"
   code=$(job_field "$jid" ExitCode)
   [ "$st" = FAILED ] || fail "job $jid ended $st, expected FAILED"
-  [ "${code%%:*}" != 0 ] || fail "job $jid exit code $code, expected non-zero"
+  [ "$code" = "$want:0" ] || fail "job $jid exit code $code, expected $want:0"
   grep -qE "$msg" "$out" || fail "job output lacks the message /$msg/"
   say "job $jid FAILED with exit code $code and the message: $(grep -E "$msg" "$out" | head -n 1)"
 }
@@ -21,28 +24,30 @@ no_allocation)
   # The job script run by hand on a login node, outside any allocation.
   out=$(env -u SLURM_JOB_ID timeout 60 bash "$JOBS/train.sbatch" 2>&1); rc=$?
   echo "$out"
-  [ $rc -ne 0 ] || fail "train.sbatch outside an allocation exited 0"
-  grep -q "not inside a Slurm allocation" <<<"$out" || fail "no clear message"
+  [ $rc -eq 1 ] || fail "train.sbatch outside an allocation exited $rc, expected 1"
+  grep -q "error: not inside a Slurm allocation (SLURM_JOB_ID is unset)" <<<"$out" || fail "no clear message"
   # And srun with no usable cluster configuration: fails at once, no hang.
   : >"$WORK/empty.conf"
   out=$(SLURM_CONF="$WORK/empty.conf" timeout 60 srun -n 1 true 2>&1); rc=$?
   echo "$out"
-  [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "srun without a reachable cluster: exit $rc"
-  say "PASS: clear message and non-zero exit without an allocation"
+  [ $rc -eq 1 ] || fail "srun without a usable cluster configuration: exit $rc, expected 1 (124 = it hung)"
+  grep -q "srun: fatal: Unable to process configuration file" <<<"$out" || fail "srun did not say why it cannot start"
+  say "PASS: exit code 1 and a clear message without an allocation"
   ;;
 world_size)
   # Every task starts its own 1-rank world (fake_singletons.sh): the pre-flight must refuse.
   jid=$(submit --time=5 --nodes=2 --ntasks-per-node=2 --job-name=ws \
         --export="ALL,HPCTRAIN=$HPCTRAIN_SOURCE_DIR/tests/slurm/fake_singletons.sh,CONFIG=tiny.toml" "$JOBS/train.sbatch")
-  expect_failed_job "$jid" "hpctrain-ws-$jid.out" "world-size mismatch: 4 tasks formed 4 separate MPI worlds"
+  expect_failed_job "$jid" "hpctrain-ws-$jid.out" 1 "world-size mismatch: 4 tasks formed 4 separate MPI worlds"
   grep -q "rank 0 of a 1-rank world" "hpctrain-ws-$jid.out" && fail "training started despite the mismatch"
   say "PASS"
   ;;
 pmi)
-  # A PMI plugin this OpenMPI cannot use (pmi2): MPI_Init fails in the pre-flight, loudly.
+  # A PMI plugin this OpenMPI cannot use (pmi2): MPI_Init fails in the pre-flight, loudly. OpenMPI
+  # aborts inside MPI_Init with exit code 1 (before hpctrain runs); the pre-flight passes it on.
   jid=$(submit --time=5 --nodes=1 --ntasks-per-node=2 --job-name=pmi \
         --export="ALL,HPCTRAIN=$HPCTRAIN,CONFIG=tiny.toml,MPI_PLUGIN=pmi2" "$JOBS/train.sbatch")
-  expect_failed_job "$jid" "hpctrain-pmi-$jid.out" "pre-flight failed .*MPI could not start under 'srun --mpi=pmi2"
+  expect_failed_job "$jid" "hpctrain-pmi-$jid.out" 1 "pre-flight failed .*MPI could not start under 'srun --mpi=pmi2"
   say "PASS"
   ;;
 missing_ckpt)
@@ -65,7 +70,7 @@ missing_ckpt)
   say "job requeued; removing its checkpoint directory mc/checkpoints before it restarts"
   rm -rf mc/checkpoints
   release_requeued "$jid"
-  expect_failed_job "$jid" "$out" "restart 1 of job $jid: checkpoint directory 'mc/checkpoints' is missing"
+  expect_failed_job "$jid" "$out" 2 "restart 1 of job $jid: checkpoint directory 'mc/checkpoints' is missing"
   grep -q "launching:.*--resume" <(sed -n '/restart 1:/,$p' "$out") && fail "restart launched training anyway"
   say "PASS"
   ;;
@@ -77,11 +82,11 @@ data_one_node)
   local_data="$HT_SLURM_DIR/local/data.h5"
   jid=$(submit --time=5 --nodes=2 --ntasks-per-node=1 --job-name=dn \
         --export="ALL,HPCTRAIN=$HPCTRAIN,CONFIG=tiny.toml,DATA=$local_data" "$JOBS/train.sbatch")
-  expect_failed_job "$jid" "hpctrain-dn-$jid.out" "data file $local_data is not readable on node $second"
+  expect_failed_job "$jid" "hpctrain-dn-$jid.out" 2 "data file $local_data is not readable on node $second"
   # Without the pre-flight, hpctrain itself must stop with a message and non-zero exit, not hang.
   jid=$(submit --time=5 --nodes=2 --ntasks-per-node=1 --job-name=dn0 \
         --export="ALL,HPCTRAIN=$HPCTRAIN,CONFIG=tiny.toml,DATA=$local_data,PREFLIGHT=0" "$JOBS/train.sbatch")
-  expect_failed_job "$jid" "hpctrain-dn0-$jid.out" "\\[error\\].*local/data\\.h5"
+  expect_failed_job "$jid" "hpctrain-dn0-$jid.out" 2 "\\[error\\] \\[rank 1\\] $local_data: file not found"
   say "PASS"
   ;;
 *) fail "unknown case $case_name" ;;

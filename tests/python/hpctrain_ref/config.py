@@ -20,7 +20,8 @@ DEFAULTS = {
                   "nesterov": True, "comm_dtype": "fp32", "overlap_steps": 0, "bucket_mb": 0, "overlap_grad_allreduce": False,
                   "consistency_check": True},
     "checkpoint": {"dir": "", "every_steps": 0, "keep": 2, "save_final": True},
-    "log": {"every_steps": 10, "level": "info", "all_ranks": False, "metrics_file": "metrics.jsonl"},
+    "log": {"every_steps": 10, "level": "info", "all_ranks": False, "metrics_file": "metrics.jsonl", "plot": True,
+            "tensorboard": False},
 }
 
 

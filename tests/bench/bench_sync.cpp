@@ -1,0 +1,164 @@
+// What a local-SGD sync costs next to the per-step gradient all-reduce of the same bytes, side by
+// side in one run (mpirun -np 2), for the larger comparison shape (4 x 512, byte vocabulary:
+// 12.9 M parameters, 51.5 MB fp32) and the demo shape:
+//   grad_allreduce  SyncAllReduce::after_backward: the gradients live in the flat buffer (one
+//                   MPI_Allreduce + one 1/W scaling pass)
+//   lsgd_sync       LocalSgd with N = 1, one after_update() = one full sync as the trainer runs it
+//                   (telemetry on, defaults: drift sample, checksum, consistency agreement)
+//   lsgd_sync_int8  the same with local_sgd.comm_dtype = int8 (quantized delta exchange)
+// and the pieces of a sync:
+//   pack            copying the parameters into the exchange buffer (what an unbound sync pays)
+//   collective      one MPI_Allreduce of the same bytes on a preallocated buffer (the floor)
+//   checksum        comm::checksum of the averaged buffer (the consistency check's local part)
+// Iteration counts are fixed (every rank runs the same collectives); each iteration starts after
+// a barrier and counts the maximum over ranks. Rank 0 prints SUMMARY lines with the ratios.
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <map>
+
+#include "comm/communicator.h"
+#include "comm/param_averager.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "model/gpt.h"
+#include "train/data_parallel/data_parallel.h"
+
+namespace {
+
+ht::comm::Communicator* g_comm = nullptr;
+std::map<std::string, double> g_mean_seconds;  // "<shape>/<case>" -> mean seconds
+
+struct Shape {
+  std::string name;
+  ht::model::GptOptions options;
+};
+
+template <class Op>
+void timed_loop(benchmark::State& state, const std::string& key, Op op) {
+  double total = 0;
+  for (auto _ : state) {
+    g_comm->barrier();
+    ht::Stopwatch sw;
+    op();
+    const double s = g_comm->allreduce_max(sw.seconds());
+    state.SetIterationTime(s);
+    total += s;
+  }
+  g_mean_seconds[key] = total / static_cast<double>(state.iterations());
+}
+
+ht::config::Config config_of(bool local, ht::config::ExchangeDtype dtype) {
+  ht::config::Config c;
+  c.local_sgd.enabled = local;
+  c.local_sgd.steps = 1;
+  c.local_sgd.comm_dtype = dtype;
+  return c;
+}
+
+void BM_GradAllreduce(benchmark::State& state, const Shape& shape) {
+  torch::manual_seed(0);
+  ht::model::Gpt gpt(shape.options);
+  for (auto& p : gpt->parameters()) p.mutable_grad() = torch::randn_like(p);
+  auto dp = ht::train::make_data_parallel(*gpt, *g_comm, config_of(false, ht::config::ExchangeDtype::kFp32));
+  dp->after_backward();  // the first moves the gradients into the flat buffer
+  timed_loop(state, shape.name + "/grad_allreduce", [&] { dp->after_backward(); });
+  state.counters["MiB"] = static_cast<double>(dp->stats().bytes_per_grad_allreduce) / (1 << 20);
+}
+
+void BM_LocalSgdSync(benchmark::State& state, const Shape& shape, ht::config::ExchangeDtype dtype) {
+  torch::manual_seed(0);
+  ht::model::Gpt gpt(shape.options);
+  auto dp = ht::train::make_data_parallel(*gpt, *g_comm, config_of(true, dtype));
+  const std::string key = shape.name + (dtype == ht::config::ExchangeDtype::kInt8 ? "/lsgd_sync_int8" : "/lsgd_sync");
+  timed_loop(state, key, [&] { dp->after_update(); });  // N = 1: every call is one sync
+  state.counters["MiB"] = static_cast<double>(dp->stats().bytes_last_sync) / (1 << 20);
+}
+
+void BM_Pack(benchmark::State& state, const Shape& shape) {
+  torch::manual_seed(0);
+  ht::model::Gpt gpt(shape.options);
+  auto params = gpt->parameters();
+  ht::comm::AveragerOptions o;
+  ht::comm::ParamAverager avg(*g_comm, params, o);
+  timed_loop(state, shape.name + "/pack", [&] { avg.pack(params); });
+}
+
+void BM_Collective(benchmark::State& state, const Shape& shape) {
+  torch::manual_seed(0);
+  ht::model::Gpt gpt(shape.options);
+  auto buf = torch::randn({gpt->num_parameters()});
+  timed_loop(state, shape.name + "/collective", [&] {
+    g_comm->allreduce(buf.data_ptr(), static_cast<size_t>(buf.numel()), ht::comm::DType::kF32, ht::comm::ReduceOp::kSum);
+  });
+}
+
+void BM_Checksum(benchmark::State& state, const Shape& shape) {
+  torch::manual_seed(0);
+  ht::model::Gpt gpt(shape.options);
+  auto buf = torch::randn({gpt->num_parameters()});
+  uint64_t sink = 0;
+  timed_loop(state, shape.name + "/checksum", [&] { sink ^= ht::comm::checksum({buf}); });
+  benchmark::DoNotOptimize(sink);
+}
+
+void register_shape(const Shape& shape, int iterations) {
+  auto reg = [&](const std::string& name, auto fn) {
+    benchmark::RegisterBenchmark((shape.name + "/" + name).c_str(), fn)
+        ->Iterations(iterations)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+  };
+  reg("collective", [shape](benchmark::State& st) { BM_Collective(st, shape); });
+  reg("grad_allreduce", [shape](benchmark::State& st) { BM_GradAllreduce(st, shape); });
+  reg("lsgd_sync", [shape](benchmark::State& st) { BM_LocalSgdSync(st, shape, ht::config::ExchangeDtype::kFp32); });
+  reg("lsgd_sync_int8", [shape](benchmark::State& st) { BM_LocalSgdSync(st, shape, ht::config::ExchangeDtype::kInt8); });
+  reg("pack", [shape](benchmark::State& st) { BM_Pack(st, shape); });
+  reg("checksum", [shape](benchmark::State& st) { BM_Checksum(st, shape); });
+  reg("grad_allreduce_again", [shape](benchmark::State& st) { BM_GradAllreduce(st, shape); });  // drift bracket
+}
+
+void print_summary(const std::vector<Shape>& shapes) {
+  for (const auto& s : shapes) {
+    auto get = [&](const char* m) { return g_mean_seconds.count(s.name + "/" + m) ? g_mean_seconds[s.name + "/" + m] : 0.0; };
+    const double grad = get("grad_allreduce"), sync = get("lsgd_sync");
+    if (grad <= 0) continue;
+    std::printf("SUMMARY %-6s collective=%.2f ms grad_allreduce=%.2f ms lsgd_sync=%.2f ms lsgd_sync_int8=%.2f ms "
+                "pack=%.2f ms checksum=%.2f ms sync/grad_allreduce=%.3f\n",
+                s.name.c_str(), get("collective") * 1e3, grad * 1e3, sync * 1e3, get("lsgd_sync_int8") * 1e3,
+                get("pack") * 1e3, get("checksum") * 1e3, sync / grad);
+  }
+}
+
+class QuietReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ht::comm::MpiSession mpi(&argc, &argv);
+  auto comm = ht::comm::make_mpi_world();
+  g_comm = comm.get();
+  ht::log::init(comm->rank(), comm->size(), ht::log::Level::kWarn);
+  const char* threads = std::getenv("HT_BENCH_THREADS");
+  torch::set_num_threads(threads ? std::atoi(threads) : 1);
+  const char* iters_env = std::getenv("HT_BENCH_ITERS");
+  const int iters = iters_env ? std::atoi(iters_env) : 20;
+  const std::vector<Shape> shapes = {{"larger", ht::model::GptOptions{258, 4, 8, 512, 256, 0, 0.0, true}},
+                                     {"demo", ht::model::GptOptions{258, 4, 4, 128, 128, 0, 0.0, true}}};
+  register_shape(shapes[0], iters);
+  register_shape(shapes[1], iters * 10);
+  benchmark::Initialize(&argc, argv);
+  if (comm->rank() == 0) {
+    benchmark::RunSpecifiedBenchmarks();
+  } else {
+    QuietReporter quiet;
+    benchmark::RunSpecifiedBenchmarks(&quiet);
+  }
+  if (comm->rank() == 0) print_summary(shapes);
+  benchmark::Shutdown();
+  return 0;
+}

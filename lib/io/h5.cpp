@@ -366,3 +366,5 @@ HT_INSTANTIATE(int64_t)
 HT_INSTANTIATE(uint64_t)
 #undef HT_INSTANTIATE
 
+
+}  // namespace ht::io

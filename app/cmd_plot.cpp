@@ -17,13 +17,17 @@ Phases configure_plot(CLI::App& sub) {
                  "directory");
   sub.add_option("--metrics-file", opts->metrics_file, "metrics file name inside each run directory");
   sub.add_option("--timeout", opts->timeout_s, "seconds gnuplot may take");
+  sub.add_flag("--log-x", opts->log_x, "log-scale x axes (runs of very different lengths)");
   Phases p;
   // Local work of rank 0 in the set-up phase: its outcome (and message) reaches every rank there,
   // so a bad file or --output is reported once, also under mpirun.
   p.setup = [opts](Context& ctx) {
     if (opts->output_dir.empty()) opts->output_dir = opts->run_dirs.front();
     if (ctx.comm.rank() != 0) return;
-    for (const auto& png : train::plot_runs(*opts)) std::cout << "plot: wrote " << png << "\n";
+    const auto pngs = train::plot_runs(*opts);
+    std::string legend;
+    for (const auto& label : train::distinct_run_labels(opts->run_dirs)) legend += (legend.empty() ? "" : ", ") + label;
+    for (const auto& png : pngs) std::cout << "plot: wrote " << png << " (runs: " << legend << ")\n";
   };
   p.run = [](Context&) { return 0; };
   return p;

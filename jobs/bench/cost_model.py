@@ -11,6 +11,18 @@ alpha: per-message latency (a veth pair: tens of microseconds; netem is absent, 
 t_local(S) = a + S / R: what a sync costs without a link (pack, scale, checksum, the drift sum),
 fitted on the link=none points; f: the fraction of a step that backward is (~2/3).
 
+Local SGD variants (time_to_quality.py's modes) extend the step time:
+
+  S_x             = P x b(dtype)                                     b: 4 fp32, 2 bf16, 1 + 4/64 int8, 0.5 + 4/64 int4
+  t_frag          = t_sync(S_x / F, W, B)                            one of F fragments (F = 1: the whole model)
+  exposed         = max(0, t_frag - tau x t_compute)                 tau = overlap_steps (0: blocking)
+  t_step          = t_compute + t_intra + F x exposed / N            t_intra: per-step all-reduce inside a group
+
+Hierarchical groups of G ranks per node split the cross-node exchange over the G ranks, but those
+share the node's link, so the node still carries the whole S_x: t_sync is that of the node ring.
+Time to target = steps to target x t_step; the steps are measured (the model says nothing about
+convergence). `--ttq ttq.csv --nocomm S` checks it against jobs/bench/time_to_quality.py.
+
 Reads the CSV of `jobs/bench/scaling.py --emulate` and prints, as Markdown:
   1. predicted vs measured sync time for every point that synchronises (error in %),
   2. ON PAPER, an extrapolation to 8-64 nodes of 8 H200 at 100-400 Gbit/s for GPT-2 small and a ~1B
@@ -94,6 +106,54 @@ def measured_table(points):
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------- local SGD variants
+
+def bytes_per_value(dtype, block=64):
+    return {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 1.0 + 4.0 / block, "int4": 0.5 + 4.0 / block}[dtype]
+
+
+def variant_of(sets):
+    """(N, F, tau, dtype, hierarchical) from a list of hpctrain --set overrides."""
+    kv = dict(x.split("=", 1) for x in sets if "=" in x)
+    lsgd = kv.get("local_sgd.enabled") == "true"
+    return (int(kv.get("local_sgd.steps", 8)) if lsgd else 1, int(kv.get("local_sgd.fragments", 1)),
+            int(kv.get("local_sgd.overlap_steps", 0)), kv.get("local_sgd.comm_dtype", "fp32") if lsgd else "fp32",
+            "local_sgd.group_size" in kv)
+
+
+def variant_step(tc, P, nodes, B, N=1, F=1, tau=0, dtype="fp32", t_intra=0.0, alpha=ALPHA_EMU, local=(0.0, math.inf)):
+    """Mean step time of local SGD with N, F fragments, overlap tau and the exchange dtype (see the docstring)."""
+    S = P * bytes_per_value(dtype) / F
+    t_frag = local[0] + S / local[1] + ring_net(S, nodes, B, alpha)
+    exposed = max(0.0, t_frag - tau * tc) if tau > 0 else t_frag
+    return tc + t_intra + F * exposed / N, t_frag
+
+
+def ttq_table(path, nocomm, params, link_bits, nodes):
+    """Predicted vs measured time to target for every hpctrain mode of a time_to_quality.py ttq.csv."""
+    sys.path.insert(0, __import__("os").path.dirname(__file__))
+    from time_to_quality import MODES  # noqa: E402
+    lines = ["| link | mode | N | F | tau | dtype | steps to target | measured s | predicted s | error |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    errs = []
+    for r in csv.DictReader(open(path)):
+        kind, sets, _ = MODES.get(r["mode"], ("ref", None, 1))
+        tts, steps = fnum(r.get("tts_s")), fnum(r.get("tts_step"))
+        if kind != "ours" or not tts or not steps or r["link"] not in link_bits:
+            continue
+        N, F, tau, dtype, hier = variant_of(sets)
+        step, _ = variant_step(nocomm, params * 1.0, nodes, link_bits[r["link"]], N, F, tau, dtype)
+        pred = steps * step
+        err = (pred - tts) / tts
+        errs.append(abs(err))
+        lines.append(f"| {r['link']} | {r['mode']} | {N} | {F} | {tau} | {dtype} | {steps:.0f} | {tts:.1f} | "
+                     f"{pred:.1f} | {100 * err:+.0f}% |")
+    if errs:
+        lines += ["", f"{len(errs)} points, mean |error| {100 * sum(errs) / len(errs):.0f}%, max {100 * max(errs):.0f}%, "
+                      f"within 20%: {sum(e <= 0.2 for e in errs)} of {len(errs)}."]
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- on paper
 
 MODELS = {
@@ -132,8 +192,8 @@ def paper_table():
         lines += [f"*{name}*: S = {4 * P / 1e9:.2f} GB fp32 / {2 * P / 1e9:.2f} GB bf16 per sync, "
                   f"t_compute = {tc * 1e3:.0f} ms per step.", "",
                   "| nodes | link | exchange | t_sync ms | r | DP blocking | DP overlapped | LSGD 4 | LSGD 8 | "
-                  "LSGD 32 | N* | LSGD 8 vs DP overlapped |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "LSGD 32 | N* | LSGD 8 vs DP overlapped | LSGD 8 int4 | stream N=16 F=4 int4 tau=1 |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for B in (100e9, 200e9, 400e9):
             for nodes in (8, 64):  # 2 (N-1)/N: 1.75 to 1.97, the node count barely matters
                 for ex, S in (("fp32", 4 * P), ("bf16", 2 * P)):
@@ -143,9 +203,13 @@ def paper_table():
                     nstar = next((n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256) if rel(n) <= 1.05), ">256")
                     gain = ov / rel(8)
                     verdict = f"{gain:.2f}x" + (" (stops paying)" if gain < 1.10 else "")
+                    # The quantized and streaming columns do not depend on the exchange column's dtype.
+                    i4 = (tc + sync_time(P * bytes_per_value("int4"), nodes, B) / 8) / tc
+                    frag = sync_time(P * bytes_per_value("int4") / 4, nodes, B)
+                    stream = (tc + 4 * max(0.0, frag - tc) / 16) / tc
                     lines.append(f"| {nodes} | {B / 1e9:.0f} Gbit/s | {ex} | {ts * 1e3:.0f} | {ts / tc:.2f} | "
                                  f"{rel(1):.2f} | {ov:.2f} | {rel(4):.2f} | {rel(8):.2f} | {rel(32):.2f} | {nstar} | "
-                                 f"{verdict} |")
+                                 f"{verdict} | {i4:.3f} | {stream:.3f} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -154,6 +218,10 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("csv", nargs="?", help="scaling.csv from jobs/bench/scaling.py --emulate")
     p.add_argument("--out", help="also write the Markdown here")
+    p.add_argument("--ttq", help="ttq.csv of jobs/bench/time_to_quality.py: predicted vs measured time to target")
+    p.add_argument("--nocomm", type=float, help="with --ttq: the compute-only step seconds (its report states it)")
+    p.add_argument("--nodes", type=int, default=4, help="with --ttq: the study's nodes")
+    p.add_argument("--params", type=float, default=842_752, help="with --ttq: parameters of the model (demo: 842752)")
     a = p.parse_args()
     parts = []
     if a.csv:
@@ -161,6 +229,11 @@ def main():
         if not pts:
             sys.exit(f"cost_model: no synchronising points in {a.csv}")
         parts += ["### Predicted vs measured sync time", "", measured_table(pts), ""]
+    if a.ttq:
+        if not a.nocomm:
+            sys.exit("cost_model: --ttq needs --nocomm (the compute-only step seconds of the same study)")
+        rates = {"20mbit": 20e6, "100mbit": 100e6, "1gbit": 1e9, "10gbit": 10e9}
+        parts += ["### Predicted vs measured time to target", "", ttq_table(a.ttq, a.nocomm, a.params, rates, a.nodes), ""]
     parts += ["### Extrapolation (on paper)", "", paper_table()]
     text = "\n".join(parts)
     print(text)

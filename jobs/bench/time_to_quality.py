@@ -102,6 +102,23 @@ plot = false
 """
 
 
+def resolve_modes(spec):
+    """Mode names from 'ddp,lsgd8,NAME:key=value+key=value' (a custom hpctrain mode is added to MODES);
+    ddp first, added when missing (its eval loss is the target). ValueError names an unknown mode."""
+    modes = []
+    for m in spec.split(","):
+        if ":" in m:
+            name, sets = m.split(":", 1)
+            MODES[name] = ("ours", sets.split("+"), 1)
+            m = name
+        if m not in MODES:
+            raise ValueError(f"unknown mode {m}; known: {', '.join(MODES)}")
+        modes.append(m)
+    if "ddp" not in modes:
+        modes.insert(0, "ddp")
+    return modes
+
+
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hpctrain", default=os.path.join(se.ROOT, "build", "bin", "hpctrain"))
@@ -131,18 +148,10 @@ def parse(argv):
     a = p.parse_args(argv)
     a.links = a.links.split(",")
     a.seeds = [int(s) for s in a.seeds.split(",")]
-    modes = []
-    for m in a.modes.split(","):
-        if ":" in m:
-            name, sets = m.split(":", 1)
-            MODES[name] = ("ours", sets.split("+"), 1)
-            m = name
-        if m not in MODES:
-            p.error(f"unknown mode {m}; known: {', '.join(MODES)}")
-        modes.append(m)
-    if "ddp" not in modes:
-        modes.insert(0, "ddp")
-    a.modes = modes
+    try:
+        a.modes = resolve_modes(a.modes)
+    except ValueError as e:
+        p.error(str(e))
     a.max_steps = a.max_steps or 4 * a.target_step
     a.command = "jobs/bench/time_to_quality.py " + " ".join(argv)
     return a

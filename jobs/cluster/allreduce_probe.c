@@ -105,7 +105,7 @@ int main(int argc, char **argv) {
       check(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
       dt = MPI_Wtime() - t0;
       check(MPI_Allreduce(&dt, &dt_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce(time)");
-      if (verbose && rank == 0) printf("probe call=%d bytes=%lld s=%.4f\n", i, bytes, dt_max);
+      if (verbose && rank == 0) printf("probe call=%d bytes=%lld s=%.6f\n", i, bytes, dt_max);
       t_sum += dt_max;
       if (dt_max < t_min) t_min = dt_max;
       if (dt_max > t_max) t_max = dt_max;

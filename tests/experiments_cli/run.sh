@@ -135,6 +135,15 @@ PY
     rm "$WORK/run/loss.png"
     expect_rc 0 "$HPCTRAIN" plot "$WORK/run" --output "$WORK"
     [ "$(head -c 4 "$WORK/loss.png" | od -An -c | tr -d ' ')" = '211PNG' ] || fail "hpctrain plot wrote no PNG"
+    # Two runs whose directories share a base name: the legend tells them apart by the path's
+    # distinguishing part; --log-x draws runs of different lengths side by side.
+    mkdir -p "$WORK/a" "$WORK/b"
+    cp -r "$WORK/run" "$WORK/a/run"
+    train 2 b/run --set train.max_steps=2 --set log.every_steps=1 --set eval.strategy=no --set log.plot=false
+    expect_rc 0 "$HPCTRAIN" plot "$WORK/a/run" "$WORK/b/run" --output "$WORK/two" --log-x
+    expect_once "plot: wrote $WORK/two/loss.png (runs: a/run, b/run)"
+    [ -s "$WORK/two/loss.png" ] || fail "no PNG of the two runs"
+    grep -q '"ranks":2' "$WORK/run/metrics.jsonl" || fail "metrics lines do not name the ranks (the plot title uses them)"
     ;;
   plot_without_gnuplot)
     lm_data

@@ -43,6 +43,7 @@ void report_step(MetricsWriter& metrics, const StepReport& r, const SyncStats& s
                  {"mfu", mfu},
                  {"tokens_seen", r.tokens_seen},
                  {"step_seconds", r.step_seconds},
+                 {"ranks", r.world_size},
                  {"peak_step_bytes", r.peak_step_bytes},
                  {"peak_rss_bytes", memory::process_peak_rss_bytes()},
                  {"syncs", sync.syncs},

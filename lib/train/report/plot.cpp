@@ -4,12 +4,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "config/config.h"
 #include "core/log.h"
 #include "train/report/gnuplot.h"
 
@@ -18,15 +20,56 @@ namespace {
 
 struct RunCurves {
   std::string label;
-  std::string train, eval, epochs;  // data file paths (step tokens value ...)
+  std::string train, eval, epochs;  // data file paths (step tokens seconds value ...)
   bool classification = false;
+  double max_tokens = 0.0;
+  int ranks = 0;  // from the step lines; 0 when the metrics predate the field
 };
 
-std::string base_name(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  const auto slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
+std::vector<std::string> path_parts(const std::string& path) {
+  std::vector<std::string> parts;
+  std::string part;
+  for (char c : path + "/") {
+    if (c != '/') {
+      part += c;
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+      part.clear();
+    }
+  }
+  return parts;
 }
+
+}  // namespace
+
+std::vector<std::string> distinct_run_labels(const std::vector<std::string>& run_dirs) {
+  std::vector<std::vector<std::string>> parts;
+  for (const auto& d : run_dirs) parts.push_back(path_parts(d));
+  std::vector<std::string> labels(run_dirs.size());
+  // Each label is the shortest tail of its path that no other run's path ends with.
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto& p = parts[i];
+    size_t take = 1;
+    for (; take < p.size(); ++take) {
+      bool clash = false;
+      for (size_t j = 0; j < parts.size() && !clash; ++j) {
+        if (j == i || parts[j].size() < take) continue;
+        clash = std::equal(p.end() - static_cast<std::ptrdiff_t>(take), p.end(),
+                           parts[j].end() - static_cast<std::ptrdiff_t>(take));
+      }
+      if (!clash) break;
+    }
+    for (size_t k = p.size() - std::min(take, p.size()); k < p.size(); ++k)
+      labels[i] += (labels[i].empty() ? "" : "/") + p[k];
+    if (labels[i].empty()) labels[i] = run_dirs[i];
+  }
+  // The same directory given twice: the position tells the curves apart.
+  for (size_t i = 0; i < labels.size(); ++i)
+    if (std::count(labels.begin(), labels.end(), labels[i]) > 1) labels[i] += fmt::format(" #{}", i + 1);
+  return labels;
+}
+
+namespace {
 
 // gnuplot single-quoted string: a quote is doubled.
 std::string quoted(const std::string& s) {
@@ -55,15 +98,29 @@ double number(const nlohmann::json& j, const char* key) {
 
 // One metrics line as the columns below: false when it is no metrics object (a torn last line).
 // Throws WrongField before anything is written, so a bad line leaves no half row.
+// Training seconds of a line: the sum of step_seconds over the logged steps, each standing for the
+// steps since the previous line (exact with log.every_steps = 1).
+struct Clock {
+  double tokens_per_step = 0.0, seconds = 0.0, last_step = 0.0, step_seconds = 0.0;
+  // An evaluation after steps that were not logged: their time at the last logged step's rate.
+  double at(double step) const { return seconds + std::max(0.0, step - last_step) * step_seconds; }
+};
+
 bool extract_line(const std::string& line, RunCurves& c, std::ofstream& train, std::ofstream& eval,
-                  std::ofstream& epochs, double& tokens_per_step, int64_t& train_lines) {
+                  std::ofstream& epochs, Clock& clock, int64_t& train_lines) {
   const auto j = nlohmann::json::parse(line, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("step")) return false;
   const double step = number(j, "step");
   if (j.contains("loss") && j.contains("tokens_seen")) {
     const double tokens = number(j, "tokens_seen"), loss = number(j, "loss");
-    if (step > 0) tokens_per_step = tokens / step;
-    train << step << ' ' << tokens << ' ' << loss << '\n';
+    const double step_seconds = j.contains("step_seconds") ? number(j, "step_seconds") : 0.0;
+    if (step > 0) clock.tokens_per_step = tokens / step;
+    clock.seconds += step_seconds * std::max(1.0, step - clock.last_step);
+    clock.last_step = step;
+    clock.step_seconds = step_seconds;
+    c.max_tokens = std::max(c.max_tokens, tokens);
+    if (j.contains("ranks")) c.ranks = static_cast<int>(number(j, "ranks"));
+    train << step << ' ' << tokens << ' ' << clock.seconds << ' ' << loss << '\n';
     ++train_lines;
   }
   if (j.contains("eval_loss")) {
@@ -72,7 +129,7 @@ bool extract_line(const std::string& line, RunCurves& c, std::ofstream& train, s
     const double f1 = cls ? number(j, "eval_f1") : 0.0, accuracy = cls ? number(j, "eval_accuracy") : 0.0;
     const double epoch = cls && j.contains("epoch") ? number(j, "epoch") : 0.0;
     // Evaluation lines carry no token count; every step consumes the same global batch.
-    eval << step << ' ' << step * tokens_per_step << ' ' << eval_loss << '\n';
+    eval << step << ' ' << step * clock.tokens_per_step << ' ' << clock.at(step) << ' ' << eval_loss << '\n';
     if (cls) {
       c.classification = true;
       epochs << epoch << ' ' << accuracy << ' ' << f1 << '\n';
@@ -81,27 +138,28 @@ bool extract_line(const std::string& line, RunCurves& c, std::ofstream& train, s
   return true;
 }
 
-// Splits metrics.jsonl into whitespace-separated columns gnuplot reads: train "step tokens loss",
-// eval "step tokens eval_loss", per-epoch "epoch accuracy f1" (classification). A torn line is
+// Splits metrics.jsonl into whitespace-separated columns gnuplot reads: train "step tokens seconds
+// loss", eval "step tokens seconds eval_loss", per-epoch "epoch accuracy f1" (classification). A torn line is
 // skipped silently (a crashed run's last line); a line with a field of the wrong type is skipped
 // with one warning per file naming file:line and the field.
-RunCurves extract(const std::string& run_dir, const std::string& metrics_file, const std::string& tmp, int index) {
+RunCurves extract(const std::string& run_dir, const std::string& label, const std::string& metrics_file,
+                  const std::string& tmp, int index) {
   const std::string src = run_dir + "/" + metrics_file;
   std::ifstream in(src);
   HT_REQUIRE(in.good(), ExitCode::kData, "{}: cannot read (no metrics of a run here)", src);
   RunCurves c;
-  c.label = base_name(run_dir);
+  c.label = label;
   c.train = fmt::format("{}/train{}.dat", tmp, index);
   c.eval = fmt::format("{}/eval{}.dat", tmp, index);
   c.epochs = fmt::format("{}/epochs{}.dat", tmp, index);
   std::ofstream train(c.train), eval(c.eval), epochs(c.epochs);
-  double tokens_per_step = 0.0;
+  Clock clock;
   int64_t train_lines = 0, line_no = 0, skipped = 0;
   std::string first_fault;
   for (std::string line; std::getline(in, line);) {
     ++line_no;
     try {
-      extract_line(line, c, train, eval, epochs, tokens_per_step, train_lines);
+      extract_line(line, c, train, eval, epochs, clock, train_lines);
     } catch (const WrongField& f) {
       if (skipped++ == 0) first_fault = fmt::format("{}:{}: {}", src, line_no, f.text);
     }
@@ -113,30 +171,85 @@ RunCurves extract(const std::string& run_dir, const std::string& metrics_file, c
   return c;
 }
 
-std::string loss_script(const std::vector<RunCurves>& runs, const std::string& png) {
+// The model of a run as its config.toml states it ("4 layers, d_model 128, seq 64"), or "" when
+// there is none or it does not parse (a run of another version): the title then omits it.
+std::string model_of(const std::string& run_dir) {
+  try {
+    const config::Config cfg = config::load(run_dir + "/config.toml", {});
+    return fmt::format("{} layers, d_model {}, seq {}", cfg.model.n_layer, cfg.model.d_model, cfg.model.seq_len);
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+std::string title_of(const std::vector<RunCurves>& runs, const std::vector<std::string>& run_dirs) {
+  std::string names, models, ranks;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    names += (i ? ", " : "") + runs[i].label;
+    const std::string m = model_of(run_dirs[i]);
+    if (!m.empty() && models.find(m) == std::string::npos) models += (models.empty() ? "" : " / ") + m;
+    const std::string r = runs[i].ranks > 0 ? std::to_string(runs[i].ranks) : "";
+    if (!r.empty() && (ranks.empty() || (", " + ranks + ",").find(", " + r + ",") == std::string::npos))
+      ranks += (ranks.empty() ? "" : ", ") + r;
+  }
+  if (names.size() > 120) names = names.substr(0, 117) + "...";
+  std::string title = names;
+  if (!models.empty()) title += " | " + models;
+  if (!ranks.empty()) title += " | " + ranks + (ranks.find(',') == std::string::npos && ranks == "1" ? " rank" : " ranks");
+  return title;
+}
+
+// Tokens are drawn in thousands or millions so that every tick has one short %g format (no
+// "500000" beside "1e+06", no long last label cut at the right edge).
+struct TokenScale {
+  double divisor = 1.0;
+  const char* unit = "";
+};
+TokenScale token_scale(const std::vector<RunCurves>& runs) {
+  double max_tokens = 0.0;
+  for (const auto& r : runs) max_tokens = std::max(max_tokens, r.max_tokens);
+  if (max_tokens >= 1e6) return {1e6, " (millions)"};
+  if (max_tokens >= 1e4) return {1e3, " (thousands)"};
+  return {};
+}
+
+std::string loss_script(const std::vector<RunCurves>& runs, const std::string& png, const std::string& title,
+                        bool log_x) {
   std::string s = fmt::format(
-      "set terminal pngcairo size 1400,540 noenhanced\nset output {}\nset grid\nset key top right\n"
-      "set ylabel 'loss (nats)'\nset multiplot layout 1,2\n",
-      quoted(png));
-  for (const char* x : {"1", "2"}) {
-    s += fmt::format("set xlabel '{}'\nplot ", std::string(x) == "1" ? "optimizer step" : "tokens seen");
+      "set terminal pngcairo size 1800,560 noenhanced\nset output {}\nset grid\nset key top right\n"
+      "set format x '%g'\nset format y '%g'\nset rmargin 4\n{}"
+      "set ylabel 'loss (nats)'\nset multiplot layout 1,3 title {}\n",
+      quoted(png), log_x ? "set logscale x\n" : "", quoted(title));
+  const TokenScale scale = token_scale(runs);
+  struct Panel {
+    std::string label, column;
+  };
+  const Panel panels[] = {{"optimizer step", "1"},
+                          {std::string("tokens seen") + scale.unit, fmt::format("($2/{})", scale.divisor)},
+                          {"training seconds (step times, no evaluations)", "3"}};
+  for (const auto& panel : panels) {
+    s += fmt::format("set xlabel {}\nplot ", quoted(panel.label + (log_x ? " (log)" : "")));
     std::string parts;
-    for (const auto& r : runs) {
-      parts += fmt::format("{} using {}:3 with lines title {}, ", quoted(r.train), x, quoted(r.label + " train"));
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const auto& r = runs[i];
+      // One colour per run: train as a line, eval as points on the same colour.
+      parts += fmt::format("{} using {}:4 with lines lc {} title {}, ", quoted(r.train), panel.column, i + 1,
+                           quoted(r.label + " train"));
       std::ifstream probe(r.eval);
       if (probe.peek() != std::ifstream::traits_type::eof())
-        parts += fmt::format("{} using {}:3 with linespoints title {}, ", quoted(r.eval), x, quoted(r.label + " eval"));
+        parts += fmt::format("{} using {}:4 with linespoints lc {} dt 2 pt 7 title {}, ", quoted(r.eval),
+                             panel.column, i + 1, quoted(r.label + " eval"));
     }
     s += parts.substr(0, parts.size() - 2) + "\n";
   }
   return s + "unset multiplot\n";
 }
 
-std::string accuracy_script(const std::vector<RunCurves>& runs, const std::string& png) {
+std::string accuracy_script(const std::vector<RunCurves>& runs, const std::string& png, const std::string& title) {
   std::string s = fmt::format(
       "set terminal pngcairo size 900,540 noenhanced\nset output {}\nset grid\nset key bottom right\n"
-      "set xlabel 'epoch'\nset ylabel 'validation score'\nset yrange [0:1]\nplot ",
-      quoted(png));
+      "set title {}\nset format x '%g'\nset xlabel 'epoch'\nset ylabel 'validation score'\nset yrange [0:1]\nplot ",
+      quoted(png), quoted(title));
   std::string parts;
   for (const auto& r : runs) {
     if (!r.classification) continue;
@@ -169,8 +282,9 @@ std::vector<std::string> plot_runs(const PlotOptions& opts) {
   try {
     std::vector<RunCurves> runs;
     bool classification = false;
+    const std::vector<std::string> labels = distinct_run_labels(opts.run_dirs);
     for (size_t i = 0; i < opts.run_dirs.size(); ++i) {
-      runs.push_back(extract(opts.run_dirs[i], opts.metrics_file, tmp, static_cast<int>(i)));
+      runs.push_back(extract(opts.run_dirs[i], labels[i], opts.metrics_file, tmp, static_cast<int>(i)));
       scratch.insert(scratch.end(), {runs.back().train, runs.back().eval, runs.back().epochs});
       classification = classification || runs.back().classification;
     }
@@ -181,8 +295,9 @@ std::vector<std::string> plot_runs(const PlotOptions& opts) {
       run_gnuplot(gnuplot, script, png, opts.timeout_s);
       written.push_back(png);
     };
-    draw("loss", loss_script(runs, opts.output_dir + "/loss.png"));
-    if (classification) draw("accuracy", accuracy_script(runs, opts.output_dir + "/accuracy.png"));
+    const std::string title = title_of(runs, opts.run_dirs);
+    draw("loss", loss_script(runs, opts.output_dir + "/loss.png", title, opts.log_x));
+    if (classification) draw("accuracy", accuracy_script(runs, opts.output_dir + "/accuracy.png", title));
   } catch (...) {
     cleanup();
     throw;

@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "app/commands.h"
-#include "train/plot.h"
+#include "train/report/plot.h"
 
 namespace ht::app {
 namespace {

@@ -1,5 +1,3 @@
-#include <mpi.h>
-
 #include <iostream>
 #include <vector>
 

@@ -57,6 +57,9 @@ target_include_directories(ht_ext_hdf5 SYSTEM INTERFACE ${HDF5_C_INCLUDE_DIRS})
 target_compile_definitions(ht_ext_hdf5 INTERFACE ${HDF5_C_DEFINITIONS})
 if(HDF5_IS_PARALLEL)
   target_compile_definitions(ht_ext_hdf5 INTERFACE HPCTRAIN_HDF5_PARALLEL=1)
+  # Parallel HDF5's own dependency: hdf5.h includes <mpi.h> and the library calls MPI. io/ is the
+  # one module that links HDF5 (privately), so this hands MPI's headers to io's .cpp files only.
+  target_link_libraries(ht_ext_hdf5 INTERFACE MPI::MPI_C)
 endif()
 
 # Flags every target of the project compiles with (identical, so that one precompiled header

@@ -25,23 +25,23 @@ torch::ScalarType storage_dtype(torch::ScalarType t) {
   }
 }
 
-hid_t h5_type(torch::ScalarType t, const std::string& key) {
+io::Id h5_type(torch::ScalarType t, const std::string& key) {
   switch (t) {
-    case torch::kFloat32: return H5T_NATIVE_FLOAT;
-    case torch::kFloat64: return H5T_NATIVE_DOUBLE;
-    case torch::kInt64: return H5T_NATIVE_INT64;
-    case torch::kInt32: return H5T_NATIVE_INT32;
-    case torch::kInt16: return H5T_NATIVE_INT16;
-    case torch::kInt8: return H5T_NATIVE_INT8;
-    case torch::kUInt8: return H5T_NATIVE_UINT8;
+    case torch::kFloat32: return io::native_type<float>();
+    case torch::kFloat64: return io::native_type<double>();
+    case torch::kInt64: return io::native_type<int64_t>();
+    case torch::kInt32: return io::native_type<int32_t>();
+    case torch::kInt16: return io::native_type<int16_t>();
+    case torch::kInt8: return io::native_type<int8_t>();
+    case torch::kUInt8: return io::native_type<uint8_t>();
     default: HT_FAIL(ExitCode::kData, "tensor '{}': dtype {} cannot be stored in a checkpoint", key, c10::toString(t));
   }
 }
 
 torch::ScalarType dtype_of(const io::DatasetInfo& i, const std::string& key) {
-  if (i.type_class == H5T_FLOAT && i.type_size == 4) return torch::kFloat32;
-  if (i.type_class == H5T_FLOAT && i.type_size == 8) return torch::kFloat64;
-  if (i.type_class == H5T_INTEGER && i.is_signed) {
+  if (i.type_class == io::TypeClass::kFloat && i.type_size == 4) return torch::kFloat32;
+  if (i.type_class == io::TypeClass::kFloat && i.type_size == 8) return torch::kFloat64;
+  if (i.type_class == io::TypeClass::kInteger && i.is_signed) {
     switch (i.type_size) {
       case 8: return torch::kInt64;
       case 4: return torch::kInt32;
@@ -49,7 +49,7 @@ torch::ScalarType dtype_of(const io::DatasetInfo& i, const std::string& key) {
       case 1: return torch::kInt8;
     }
   }
-  if (i.type_class == H5T_INTEGER && !i.is_signed && i.type_size == 1) return torch::kUInt8;
+  if (i.type_class == io::TypeClass::kInteger && !i.is_signed && i.type_size == 1) return torch::kUInt8;
   HT_FAIL(ExitCode::kData, "dataset '{}' has an element type a checkpoint never holds", key);
 }
 
@@ -62,12 +62,12 @@ torch::ScalarType dtype_from_name(const std::string& name, const std::string& ke
 
 // --- writing ----------------------------------------------------------------------------------
 
-void write_tensor(hid_t file, const std::string& key, const torch::Tensor& tensor) {
+void write_tensor(io::Id file, const std::string& key, const torch::Tensor& tensor) {
   HT_REQUIRE(tensor.defined(), ExitCode::kData, "tensor '{}' is undefined", key);
   const torch::ScalarType original = tensor.scalar_type();
   torch::Tensor t = tensor.detach().to(torch::kCPU).to(storage_dtype(original)).contiguous();
-  std::vector<hsize_t> dims;
-  for (int64_t d : t.sizes()) dims.push_back(static_cast<hsize_t>(d));
+  std::vector<io::Size> dims;
+  for (int64_t d : t.sizes()) dims.push_back(static_cast<io::Size>(d));
   const bool scalar = dims.empty();
   if (scalar) dims = {1};  // chunked (and so checksummed) datasets need at least one dimension
   io::write_raw(file, key, h5_type(t.scalar_type(), key), t.data_ptr(), dims);
@@ -78,16 +78,6 @@ void write_tensor(hid_t file, const std::string& key, const torch::Tensor& tenso
     if (original == torch::kHalf) io::set_attr(ds.id(), "torch_dtype", std::string("float16"));
     if (original == torch::kBool) io::set_attr(ds.id(), "torch_dtype", std::string("bool"));
   }
-}
-
-// A fixed-length string in a 1-element chunked dataset: unlike io::write_string's scalar
-// dataset this one carries a Fletcher32 checksum. Readable with io::read_string.
-void write_checked_string(hid_t file, const std::string& key, const std::string& text) {
-  io::Handle type(HT_H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
-  HT_H5_CHECK(H5Tset_size(type.id(), std::max<size_t>(1, text.size())));
-  HT_H5_CHECK(H5Tset_strpad(type.id(), H5T_STR_NULLPAD));
-  const std::string padded = text.empty() ? std::string(1, '\0') : text;
-  io::write_raw(file, key, type.id(), padded.data(), {1}, 1);
 }
 
 void check_key(const std::string& key, bool allow_reserved) {
@@ -107,7 +97,7 @@ std::string iso8601_now() {
   return buf;
 }
 
-void write_root_attrs(hid_t file, int64_t step, int64_t world_size, const std::string& run_id) {
+void write_root_attrs(io::Id file, int64_t step, int64_t world_size, const std::string& run_id) {
   io::set_attr(file, "format", std::string(kFormatName));
   if (!run_id.empty()) io::set_attr(file, "run_id", run_id);
   io::set_attr(file, "format_version", kFormatVersion);
@@ -118,10 +108,10 @@ void write_root_attrs(hid_t file, int64_t step, int64_t world_size, const std::s
   io::set_attr(file, "step", step);
 }
 
-void slow_save_hook(hid_t file) {
+void slow_save_hook(io::File& file) {
   const char* ms = std::getenv("HPCTRAIN_TEST_SLOW_SAVE_MS");
   if (!ms || std::atol(ms) <= 0) return;
-  HT_H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));  // a half-written file on disk, as a crash would leave it
+  file.flush();  // a half-written file on disk, as a crash would leave it
   std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(ms)));
 }
 
@@ -136,43 +126,43 @@ void keyed(const std::string& path, const std::string& key, F&& f) {
 }
 
 // (Loops without structured bindings: C++17 lambdas cannot capture those; clang refuses it.)
-void write_body(hid_t file, const std::string& path, const Snapshot& s, const std::vector<TensorMap>& per_rank) {
+void write_body(io::File& file, const std::string& path, const Snapshot& s, const std::vector<TensorMap>& per_rank) {
   for (const auto& kv : s.strings) {
     const std::string& k = kv.first;
     const auto& v = kv.second;
     check_key(k, false);
     HT_REQUIRE(!s.tensors.count(k), ExitCode::kData, "checkpoint key '{}' is both a string and a tensor", k);
-    keyed(path, k, [&] { write_checked_string(file, k, v); });
+    keyed(path, k, [&] { io::write_checked_string(file.id(), k, v); });
   }
   for (const auto& kv : s.ints) {
     const std::string& k = kv.first;
     const auto& v = kv.second;
     check_key(k, true);
-    keyed(path, "state/" + k, [&] { io::write<int64_t>(file, "state/" + k, {v}); });
+    keyed(path, "state/" + k, [&] { io::write<int64_t>(file.id(), "state/" + k, {v}); });
   }
   for (const auto& kv : s.reals) {
     const std::string& k = kv.first;
     const auto& v = kv.second;
     HT_REQUIRE(!s.ints.count(k), ExitCode::kData, "checkpoint key '{}' is both an int and a real", k);
-    keyed(path, "state/" + k, [&] { io::write<double>(file, "state/" + k, {v}); });
+    keyed(path, "state/" + k, [&] { io::write<double>(file.id(), "state/" + k, {v}); });
   }
   size_t written = 0;
   for (const auto& kv : s.tensors) {
     const std::string& k = kv.first;
     const auto& v = kv.second;
     check_key(k, false);
-    keyed(path, k, [&] { write_tensor(file, k, v); });
+    keyed(path, k, [&] { write_tensor(file.id(), k, v); });
     if (++written == s.tensors.size() / 2) slow_save_hook(file);
   }
   if (s.tensors.size() < 2) slow_save_hook(file);
   for (size_t r = 0; r < per_rank.size(); ++r) {
     const std::string group = "rank/" + std::to_string(r);
-    keyed(path, group, [&] { io::create_group(file, group); });
+    keyed(path, group, [&] { io::create_group(file.id(), group); });
     for (const auto& kv : per_rank[r]) {
       const std::string& k = kv.first;
       const auto& v = kv.second;
       check_key(k, true);
-      keyed(path, group + "/" + k, [&] { write_tensor(file, group + "/" + k, v); });
+      keyed(path, group + "/" + k, [&] { write_tensor(file.id(), group + "/" + k, v); });
     }
   }
 }
@@ -183,24 +173,11 @@ void write_file(const std::string& path, const Snapshot& shared, const std::vect
                 int64_t step, int64_t world_size) {
   HT_REQUIRE(static_cast<int64_t>(per_rank.size()) == world_size, ExitCode::kData,
              "{}: {} per-rank entries for a world of {}", path, per_rank.size(), world_size);
-  io::quiet_hdf5_errors();
   // The 1.10 format: object headers, B-trees and heaps carry checksums too, not only the chunks.
-  io::Handle fapl(HT_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
-  HT_H5_CHECK(H5Pset_libver_bounds(fapl.id(), H5F_LIBVER_V110, H5F_LIBVER_V110));
-  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id());
-  HT_REQUIRE(id >= 0, ExitCode::kData, "{}: cannot create the checkpoint file (directory missing or not writable?)",
-             path);
-  try {
-    keyed(path, "root attributes", [&] { write_root_attrs(id, step, world_size, shared.run_id); });
-    write_body(id, path, shared, per_rank);
-  } catch (...) {
-    H5Fclose(id);
-    throw;
-  }
-  // Flushing and closing write out HDF5's caches: this is where a full disk usually shows up.
-  const bool flushed = H5Fflush(id, H5F_SCOPE_GLOBAL) >= 0;
-  const bool closed = H5Fclose(id) >= 0;
-  HT_REQUIRE(flushed && closed, ExitCode::kData,
+  io::File file = io::File::create(path, io::FileFormat::kV110, "the checkpoint file");
+  keyed(path, "root attributes", [&] { write_root_attrs(file.id(), step, world_size, shared.run_id); });
+  write_body(file, path, shared, per_rank);  // on failure the file is closed as `file` goes
+  HT_REQUIRE(file.flush_and_close(), ExitCode::kData,
              "{}: flushing the checkpoint file failed (disk full or file size limit?)", path);
 }
 
@@ -208,10 +185,10 @@ namespace {
 
 // --- reading ----------------------------------------------------------------------------------
 
-const char* link_kind(H5L_type_t t) {
+const char* link_kind(io::LinkType t) {
   switch (t) {
-    case H5L_TYPE_SOFT: return "a soft";
-    case H5L_TYPE_EXTERNAL: return "an external";
+    case io::LinkType::kSoft: return "a soft";
+    case io::LinkType::kExternal: return "an external";
     default: return "a user-defined";
   }
 }
@@ -221,28 +198,21 @@ const char* link_kind(H5L_type_t t) {
 // before it is followed: a soft or external link (it may point anywhere, into another file too),
 // an object with a second name (the only way to build a cycle, which a walk by path would follow
 // forever), a committed datatype.
-void collect_datasets(hid_t file, const std::string& group, std::vector<std::string>& out) {
-  std::vector<std::pair<std::string, H5L_type_t>> links;
-  auto cb = [](hid_t, const char* name, const H5L_info_t* info, void* data) -> herr_t {
-    static_cast<std::vector<std::pair<std::string, H5L_type_t>>*>(data)->emplace_back(name, info->type);
-    return 0;
-  };
-  io::Handle g(HT_H5_CHECK(H5Gopen2(file, group.c_str(), H5P_DEFAULT)), H5Gclose);
-  HT_H5_CHECK(H5Literate(g.id(), H5_INDEX_NAME, H5_ITER_INC, nullptr, cb, &links));
-  for (const auto& link : links) {
-    const std::string path = group == "." ? link.first : group + "/" + link.first;
-    HT_REQUIRE(link.second == H5L_TYPE_HARD, ExitCode::kData,
-               "'{}' is {} link; a checkpoint holds only groups and datasets", path, link_kind(link.second));
+void collect_datasets(io::Id file, const std::string& group, std::vector<std::string>& out) {
+  for (const io::Link& link : io::list_links(file, group)) {
+    const std::string path = group == "." ? link.name : group + "/" + link.name;
+    HT_REQUIRE(link.type == io::LinkType::kHard, ExitCode::kData,
+               "'{}' is {} link; a checkpoint holds only groups and datasets", path, link_kind(link.type));
     const io::ObjectInfo info = io::object_info(file, path);
     HT_REQUIRE(info.names == 1, ExitCode::kData,
                "object '{}' has {} names (hard links); each object of a checkpoint has one", path, info.names);
-    if (info.type == H5O_TYPE_GROUP) collect_datasets(file, path, out);
-    else if (info.type == H5O_TYPE_DATASET) out.push_back(path);
+    if (info.type == io::ObjectType::kGroup) collect_datasets(file, path, out);
+    else if (info.type == io::ObjectType::kDataset) out.push_back(path);
     else HT_FAIL(ExitCode::kData, "object '{}' is neither a group nor a dataset", path);
   }
 }
 
-torch::Tensor read_tensor(hid_t file, const std::string& key, int64_t& bytes) {
+torch::Tensor read_tensor(io::Id file, const std::string& key, int64_t& bytes) {
   const io::DatasetInfo inf = io::info(file, key);
   const torch::ScalarType st = dtype_of(inf, key);
   io::require_within_file(file, key, inf);
@@ -262,7 +232,7 @@ torch::Tensor read_tensor(hid_t file, const std::string& key, int64_t& bytes) {
   return t;
 }
 
-std::string read_text(hid_t file, const std::string& key, int64_t& bytes) {
+std::string read_text(io::Id file, const std::string& key, int64_t& bytes) {
   const io::DatasetInfo inf = io::info(file, key);
   HT_REQUIRE(inf.has_fletcher32, ExitCode::kData, "string dataset '{}' has no Fletcher32 checksum", key);
   std::string text = io::read_string(file, key);
@@ -270,18 +240,18 @@ std::string read_text(hid_t file, const std::string& key, int64_t& bytes) {
   return text;
 }
 
-void read_state_value(hid_t file, const std::string& path, FileContents& c, int64_t& bytes) {
+void read_state_value(io::Id file, const std::string& path, FileContents& c, int64_t& bytes) {
   const std::string key = path.substr(6);  // after "state/"
   const io::DatasetInfo inf = io::info(file, path);
   HT_REQUIRE(inf.dims.size() == 1 && inf.dims[0] == 1 && inf.has_fletcher32, ExitCode::kData,
              "state value '{}' is not a checksummed 1-element dataset", path);
-  if (inf.type_class == H5T_INTEGER) c.shared.ints[key] = io::read<int64_t>(file, path).at(0);
-  else if (inf.type_class == H5T_FLOAT) c.shared.reals[key] = io::read<double>(file, path).at(0);
+  if (inf.type_class == io::TypeClass::kInteger) c.shared.ints[key] = io::read<int64_t>(file, path).at(0);
+  else if (inf.type_class == io::TypeClass::kFloat) c.shared.reals[key] = io::read<double>(file, path).at(0);
   else HT_FAIL(ExitCode::kData, "state value '{}' is neither an integer nor a float", path);
   bytes += 8;
 }
 
-void read_one(hid_t file, const std::string& path, FileContents& c, int64_t& bytes) {
+void read_one(io::Id file, const std::string& path, FileContents& c, int64_t& bytes) {
   if (path.rfind("state/", 0) == 0) return read_state_value(file, path, c, bytes);
   if (path.rfind("rank/", 0) == 0) {
     const size_t slash = path.find('/', 5);
@@ -295,11 +265,11 @@ void read_one(hid_t file, const std::string& path, FileContents& c, int64_t& byt
     c.per_rank[std::stoul(rank_text)][path.substr(slash + 1)] = read_tensor(file, path, bytes);
     return;
   }
-  if (io::info(file, path).type_class == H5T_STRING) c.shared.strings[path] = read_text(file, path, bytes);
+  if (io::info(file, path).type_class == io::TypeClass::kString) c.shared.strings[path] = read_text(file, path, bytes);
   else c.shared.tensors[path] = read_tensor(file, path, bytes);
 }
 
-void read_root(hid_t file, FileContents& c) {
+void read_root(io::Id file, FileContents& c) {
   const std::string format = io::attr_string(file, "format");
   HT_REQUIRE(format == kFormatName, ExitCode::kData, "root attribute format is '{}', expected '{}'", format,
              kFormatName);

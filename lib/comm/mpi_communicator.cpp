@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "comm/communicator.h"
+#include "comm/mpi_check.h"
 #include "core/error.h"
 #include "core/log.h"
 

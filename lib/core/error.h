@@ -1,6 +1,8 @@
-// Error type, exit codes and the check macros used for every MPI and HDF5 call (CUDA is reached
-// only through libtorch, which checks its own calls).
+// Error type, exit codes and the generic check macros (HT_FAIL, HT_REQUIRE).
 // Library code throws ht::Error; only app/ catches it and decides how the job ends.
+// The checks of MPI and HDF5 calls live beside the only code that makes them: HT_MPI_CHECK in
+// comm/mpi_check.h, HT_H5_CHECK in io/h5_check.h (core links neither library). CUDA is reached only
+// through libtorch, which checks its own calls.
 #pragma once
 #include <fmt/format.h>
 #include <stdexcept>
@@ -34,11 +36,8 @@ class AgreedError : public Error {
   using Error::Error;
 };
 
-// Where the failing call sits, as "file:line".
+// Where the failing call sits, as "file:line" (the path from lib/ on).
 std::string source_location(const char* file, int line);
-
-[[noreturn]] void throw_mpi_error(int rc, const char* call, const char* file, int line);
-[[noreturn]] void throw_h5_error(const char* call, const char* file, int line);
 
 }  // namespace ht
 
@@ -48,17 +47,3 @@ std::string source_location(const char* file, int line);
   do {                                                                \
     if (!(cond)) throw ::ht::Error((code), ::fmt::format(__VA_ARGS__)); \
   } while (0)
-
-#define HT_MPI_CHECK(call)                                                \
-  do {                                                                    \
-    int ht_mpi_rc_ = (call);                                              \
-    if (ht_mpi_rc_ != MPI_SUCCESS) ::ht::throw_mpi_error(ht_mpi_rc_, #call, __FILE__, __LINE__); \
-  } while (0)
-
-// Evaluates an HDF5 call once; negative ids/status throw with the call and location.
-#define HT_H5_CHECK(call)                                                          \
-  ([&]() {                                                                         \
-    auto ht_h5_rc_ = (call);                                                       \
-    if (ht_h5_rc_ < 0) ::ht::throw_h5_error(#call, __FILE__, __LINE__);            \
-    return ht_h5_rc_;                                                              \
-  }())

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "io/h5.h"
+#include "io/h5_chunks.h"
 
 namespace ht::data {
 
@@ -64,81 +65,49 @@ void pread_all(int fd, uint8_t* out, size_t n, off_t offset, const std::string& 
 
 }  // namespace
 
-ChunkReader::ChunkReader(hid_t file, int fd, const std::string& path, const std::string& dataset, size_t cache_bytes)
-    : path_(path), dataset_(dataset), fd_(fd), cache_bytes_(cache_bytes) {
-  io::Handle ds = io::open_dataset(file, dataset);
-  read_layout(file, ds.id());
+ChunkReader::ChunkReader(const io::File& file, int fd, const std::string& dataset, size_t cache_bytes)
+    : path_(file.path()), dataset_(dataset), fd_(fd), cache_bytes_(cache_bytes) {
+  read_layout(file);
 }
 
 ChunkReader::~ChunkReader() = default;
 
-namespace {
-
-// HDF5 1.10 reports chunk addresses relative to the file's base address, which is the userblock
-// size (0 for files hpctrain writes).
-haddr_t base_address(hid_t file) {
-  io::Handle fcpl(HT_H5_CHECK(H5Fget_create_plist(file)), H5Pclose);
-  hsize_t userblock = 0;
-  HT_H5_CHECK(H5Pget_userblock(fcpl.id(), &userblock));
-  return static_cast<haddr_t>(userblock);
-}
-
-}  // namespace
-
-void ChunkReader::read_layout(hid_t file, hid_t ds) {
+void ChunkReader::read_layout(const io::File& file) {
   const std::string where = path_ + ":" + dataset_;
-  const auto inf = io::info(file, dataset_);
-  HT_REQUIRE(inf.type_class == H5T_INTEGER, ExitCode::kData, "{}: not an integer dataset", where);
-  io::require_plain_integer(file, dataset_, inf);  // the bytes are decoded here, not by HDF5
+  const auto inf = io::info(file.id(), dataset_);
+  HT_REQUIRE(inf.type_class == io::TypeClass::kInteger, ExitCode::kData, "{}: not an integer dataset", where);
+  io::require_plain_integer(file.id(), dataset_, inf);  // the bytes are decoded here, not by HDF5
   elem_bytes_ = inf.type_size;
   is_signed_ = inf.is_signed;
   HT_REQUIRE(!inf.dims.empty(), ExitCode::kData, "{}: scalar where an array is expected", where);
-  io::require_within_file(file, dataset_, inf);  // before any table of the declared size is built
+  io::require_within_file(file.id(), dataset_, inf);  // before any table of the declared size is built
   rows_ = static_cast<int64_t>(inf.dims[0]);
   for (size_t i = 1; i < inf.dims.size(); ++i) row_elems_ *= static_cast<int64_t>(inf.dims[i]);
-  io::Handle dcpl(HT_H5_CHECK(H5Dget_create_plist(ds)), H5Pclose);
-  const H5D_layout_t layout = H5Pget_layout(dcpl.id());
+  const io::ChunkStorage storage(file.id(), dataset_);
   const size_t row_bytes = static_cast<size_t>(row_elems_) * elem_bytes_;
-  const haddr_t base = base_address(file);
-  if (layout != H5D_CHUNKED) {  // contiguous or compact: small, hold it in memory (read by HDF5 here)
+  if (!storage.chunked()) {  // contiguous or compact: small, hold it in memory (read by HDF5 here)
     contiguous_.resize(static_cast<size_t>(rows_) * row_bytes);
-    io::Handle type(HT_H5_CHECK(H5Dget_type(ds)), H5Tclose);
-    if (!contiguous_.empty() && H5Dread(ds, type.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, contiguous_.data()) < 0)
-      io::fail_read(file, dataset_, "");
+    if (!contiguous_.empty()) storage.read_whole(contiguous_.data());
     return;
   }
-  const int nfilters = H5Pget_nfilters(dcpl.id());
-  int fletcher_index = -1;
-  for (int i = 0; i < nfilters; ++i) {
-    unsigned flags = 0, cfg = 0;
-    size_t nelmts = 0;
-    char fname[64] = {0};
-    const H5Z_filter_t f = H5Pget_filter2(dcpl.id(), static_cast<unsigned>(i), &flags, &nelmts, nullptr,
-                                          sizeof(fname), fname, &cfg);
-    HT_REQUIRE(f == H5Z_FILTER_FLETCHER32, ExitCode::kData,
-               "{}: filter '{}' is not supported (the format allows Fletcher32 only, no compression)", where, fname);
-    fletcher_index = i;
-  }
-  std::vector<hsize_t> chunk(inf.dims.size());
-  HT_H5_CHECK(H5Pget_chunk(dcpl.id(), static_cast<int>(chunk.size()), chunk.data()));
+  HT_REQUIRE(storage.unsupported_filter().empty(), ExitCode::kData,
+             "{}: filter '{}' is not supported (the format allows Fletcher32 only, no compression)", where,
+             storage.unsupported_filter());
+  const std::vector<io::Size>& chunk = storage.chunk_dims();
   for (size_t i = 1; i < chunk.size(); ++i)
     HT_REQUIRE(chunk[i] == inf.dims[i], ExitCode::kData, "{}: chunks must span whole rows", where);
   chunk_rows_ = static_cast<int64_t>(chunk[0]);
   HT_REQUIRE(chunk_rows_ > 0, ExitCode::kData, "{}: chunks of zero rows", where);
-  const hsize_t payload = static_cast<hsize_t>(chunk_rows_) * row_bytes;
+  const uint64_t payload = static_cast<uint64_t>(chunk_rows_) * row_bytes;
   const int64_t n = rows_ == 0 ? 0 : (rows_ + chunk_rows_ - 1) / chunk_rows_;
   chunks_.resize(static_cast<size_t>(n));
-  std::vector<hsize_t> offset(chunk.size(), 0);
+  std::vector<io::Size> offset(chunk.size(), 0);
   for (int64_t c = 0; c < n; ++c) {
-    offset[0] = static_cast<hsize_t>(c * chunk_rows_);
-    unsigned mask = 0;
-    Chunk& k = chunks_[static_cast<size_t>(c)];
-    if (H5Dget_chunk_info_by_coord(ds, offset.data(), &mask, &k.address, &k.stored_bytes) < 0)
-      k.address = HADDR_UNDEF;
-    if (k.address != HADDR_UNDEF) k.address += base;
-    k.checksummed = fletcher_index >= 0 && !(mask & (1u << fletcher_index));
-    const hsize_t expected = payload + (k.checksummed ? 4 : 0);
-    HT_REQUIRE(k.address == HADDR_UNDEF || k.stored_bytes == expected, ExitCode::kData,
+    offset[0] = static_cast<io::Size>(c * chunk_rows_);
+    io::StoredChunk& k = chunks_[static_cast<size_t>(c)];
+    k = storage.chunk_at(offset);
+    const uint64_t expected = payload + (k.checksummed ? 4 : 0);
+    HT_REQUIRE(!k.written || k.stored_bytes == expected, ExitCode::kData,
                "{}: chunk of rows {}..{} has {} bytes, expected {} (damaged file)", where, offset[0],
                std::min<int64_t>(rows_, (c + 1) * chunk_rows_) - 1, k.stored_bytes, expected);
   }
@@ -150,9 +119,9 @@ const std::vector<uint8_t>& ChunkReader::load_chunk(int64_t index) {
     lru_.splice(lru_.begin(), lru_, hit->second.second);
     return hit->second.first;
   }
-  const Chunk& k = chunks_[static_cast<size_t>(index)];
+  const io::StoredChunk& k = chunks_[static_cast<size_t>(index)];
   const int64_t first = index * chunk_rows_, last = std::min(rows_, first + chunk_rows_) - 1;
-  HT_REQUIRE(k.address != HADDR_UNDEF, ExitCode::kData, "{}:{}: rows {}..{} were never written (chunk missing)",
+  HT_REQUIRE(k.written, ExitCode::kData, "{}:{}: rows {}..{} were never written (chunk missing)",
              path_, dataset_, first, last);
   std::vector<uint8_t> buf(static_cast<size_t>(k.stored_bytes));
   pread_all(fd_, buf.data(), buf.size(), static_cast<off_t>(k.address), path_ + ":" + dataset_);
@@ -211,8 +180,8 @@ void ChunkReader::read_rows(int64_t start, int64_t count, int64_t cols, int64_t*
 
 uint64_t ChunkReader::checksum_digest() const {
   uint64_t h = kFnvOffset;
-  for (const Chunk& k : chunks_) {
-    if (!k.checksummed || k.address == HADDR_UNDEF) continue;
+  for (const io::StoredChunk& k : chunks_) {
+    if (!k.checksummed || !k.written) continue;
     uint8_t stored[4];
     pread_all(fd_, stored, 4, static_cast<off_t>(k.address + k.stored_bytes - 4), path_ + ":" + dataset_);
     h = fnv1a(h, stored, 4);

@@ -6,14 +6,15 @@
 // small LRU cache. Supported: chunks spanning whole rows, no filter other than Fletcher32,
 // little-endian integers of 1, 2, 4 or 8 bytes.
 #pragma once
-#include <hdf5.h>
-
 #include <cstdint>
 #include <list>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "io/h5.h"
+#include "io/h5_chunks.h"
 
 namespace ht::data {
 
@@ -22,9 +23,9 @@ uint32_t fletcher32(const uint8_t* data, size_t len);
 
 class ChunkReader {
  public:
-  // file: an open HDF5 file id of `path`; fd: a read-only descriptor of the same file that
-  // outlives the reader (Dataset owns both); dataset: absolute name ("/train/tokens").
-  ChunkReader(hid_t file, int fd, const std::string& path, const std::string& dataset, size_t cache_bytes = 64u << 20);
+  // file: the open HDF5 file (its path names it in messages); fd: a read-only descriptor of the
+  // same file that outlives the reader (Dataset owns both); dataset: absolute name ("/train/tokens").
+  ChunkReader(const io::File& file, int fd, const std::string& dataset, size_t cache_bytes = 64u << 20);
   ~ChunkReader();
   ChunkReader(const ChunkReader&) = delete;
   ChunkReader& operator=(const ChunkReader&) = delete;
@@ -49,12 +50,7 @@ class ChunkReader {
   uint64_t checksum_digest() const;
 
  private:
-  struct Chunk {
-    haddr_t address = HADDR_UNDEF;
-    hsize_t stored_bytes = 0;
-    bool checksummed = false;
-  };
-  void read_layout(hid_t file, hid_t ds);
+  void read_layout(const io::File& file);
   const std::vector<uint8_t>& load_chunk(int64_t index);
   int64_t value_at(const uint8_t* p) const;
 
@@ -64,7 +60,7 @@ class ChunkReader {
   int64_t rows_ = 0, row_elems_ = 1, chunk_rows_ = 0;
   size_t elem_bytes_ = 0;
   bool is_signed_ = false;
-  std::vector<Chunk> chunks_;
+  std::vector<io::StoredChunk> chunks_;
   std::vector<uint8_t> contiguous_;  // compact datasets are held whole
   // LRU cache of verified chunk payloads.
   size_t cache_bytes_, cached_bytes_ = 0;

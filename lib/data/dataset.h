@@ -4,8 +4,6 @@
 // the shards' splits in shard order, so samples, their order and the loader state do not depend
 // on how the data was cut into files (docs/data-format.md, "Shards").
 #pragma once
-#include <hdf5.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -35,7 +33,7 @@ class Dataset : public std::enable_shared_from_this<Dataset> {
   int64_t num_shards() const { return static_cast<int64_t>(files_.size()); }
   const DatasetFile& shard(int64_t i) const { return *files_.at(static_cast<size_t>(i)); }
   // The first shard's HDF5 file: main thread only (Debian's HDF5 is not thread-safe).
-  hid_t h5() const { return files_.front()->h5(); }
+  const io::File& h5() const { return files_.front()->h5(); }
   // Reader of one dataset name across all shards (one index space); keeps this Dataset alive.
   std::unique_ptr<RowReader> reader(const std::string& dataset, size_t cache_bytes) const;
   Tokenizer tokenizer() const { return files_.front()->tokenizer(); }

@@ -22,21 +22,21 @@ namespace {
 
 std::string dtype_name(const io::DatasetInfo& i) {
   switch (i.type_class) {
-    case H5T_INTEGER: return fmt::format("{}int{}", i.is_signed ? "" : "u", i.type_size * 8);
-    case H5T_FLOAT: return fmt::format("float{}", i.type_size * 8);
-    case H5T_STRING: return "string";
-    case H5T_COMPOUND: return "compound";
+    case io::TypeClass::kInteger: return fmt::format("{}int{}", i.is_signed ? "" : "u", i.type_size * 8);
+    case io::TypeClass::kFloat: return fmt::format("float{}", i.type_size * 8);
+    case io::TypeClass::kString: return "string";
+    case io::TypeClass::kCompound: return "compound";
     default: return "non-numeric";
   }
 }
 
-std::string dims_text(const std::vector<hsize_t>& dims) {
+std::string dims_text(const std::vector<io::Size>& dims) {
   std::string s = "[";
   for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
   return s + "]";
 }
 
-std::string children_text(hid_t f, const std::string& group) {
+std::string children_text(io::Id f, const std::string& group) {
   if (!io::exists(f, group)) return fmt::format("group {} is missing", group);
   std::string s;
   for (const auto& c : io::list_children(f, group)) s += (s.empty() ? "" : ", ") + group + "/" + c;
@@ -44,14 +44,14 @@ std::string children_text(hid_t f, const std::string& group) {
 }
 
 // Checks that `name` exists, is an integer dataset of `ndims` dimensions, and returns its info.
-io::DatasetInfo require_dataset(hid_t f, const std::string& path, const std::string& name, size_t ndims,
+io::DatasetInfo require_dataset(io::Id f, const std::string& path, const std::string& name, size_t ndims,
                                 bool token_ids) {
   const auto slash = name.rfind('/');
   HT_REQUIRE(io::exists(f, name), ExitCode::kData, "{}: dataset {} is missing ({}); wrong file or layout?", path,
              name, children_text(f, name.substr(0, slash)));
   const io::DatasetInfo i = io::info(f, name);
   io::require_within_file(f, name, i);
-  HT_REQUIRE(i.type_class == H5T_INTEGER, ExitCode::kData, "{}:{}: dtype {}, expected an integer type", path, name,
+  HT_REQUIRE(i.type_class == io::TypeClass::kInteger, ExitCode::kData, "{}:{}: dtype {}, expected an integer type", path, name,
              dtype_name(i));
   io::require_plain_integer(f, name, i);
   if (token_ids)
@@ -64,7 +64,7 @@ io::DatasetInfo require_dataset(hid_t f, const std::string& path, const std::str
 
 // doc_offsets[0] = 0, non-decreasing, doc_offsets[D] = T (docs/data-format.md): a document table
 // that points outside its tokens is a damaged file even where the trainer does not read it.
-void check_doc_offsets(hid_t f, const DatasetMeta& m, const std::string& name, const io::DatasetInfo& info,
+void check_doc_offsets(io::Id f, const DatasetMeta& m, const std::string& name, const io::DatasetInfo& info,
                        int64_t tokens) {
   HT_REQUIRE(info.dims[0] >= 1 && static_cast<int64_t>(info.dims[0]) <= tokens + 1, ExitCode::kData,
              "{}:{}: {} entries for {} tokens (expected between 1 and tokens + 1)", m.path, name, info.dims[0], tokens);
@@ -78,7 +78,7 @@ void check_doc_offsets(hid_t f, const DatasetMeta& m, const std::string& name, c
              m.path, name, offsets.back(), tokens);
 }
 
-void read_lm_split(hid_t f, DatasetMeta& m, const std::string& split, int64_t& tokens) {
+void read_lm_split(io::Id f, DatasetMeta& m, const std::string& split, int64_t& tokens) {
   const auto t = require_dataset(f, m.path, split_dataset(split, "tokens"), 1, true);
   HT_REQUIRE(t.type_size == 4 || m.vocab_size <= 65536, ExitCode::kData,
              "{}:{}: uint16 cannot hold vocab_size {}", m.path, split_dataset(split, "tokens"), m.vocab_size);
@@ -88,7 +88,7 @@ void read_lm_split(hid_t f, DatasetMeta& m, const std::string& split, int64_t& t
   check_doc_offsets(f, m, offsets, require_dataset(f, m.path, offsets, 1, false), tokens);
 }
 
-void read_cls_split(hid_t f, DatasetMeta& m, const std::string& split, int64_t& rows) {
+void read_cls_split(io::Id f, DatasetMeta& m, const std::string& split, int64_t& rows) {
   const std::string ids = split_dataset(split, "input_ids"), labels = split_dataset(split, "labels");
   const auto x = require_dataset(f, m.path, ids, 2, true);
   const auto y = require_dataset(f, m.path, labels, 1, false);
@@ -99,7 +99,7 @@ void read_cls_split(hid_t f, DatasetMeta& m, const std::string& split, int64_t& 
   rows = static_cast<int64_t>(x.dims[0]);
 }
 
-void read_root_attributes(hid_t f, DatasetMeta& m) {
+void read_root_attributes(io::Id f, DatasetMeta& m) {
   HT_REQUIRE(io::has_attr(f, "format"), ExitCode::kData,
              "{}: not an hpctrain dataset (root attribute 'format' missing; create one with `hpctrain prepare`)",
              m.path);
@@ -133,7 +133,7 @@ void read_root_attributes(hid_t f, DatasetMeta& m) {
              m.pad_id, m.eos_id, m.vocab_size);
 }
 
-DatasetMeta read_validated_meta(hid_t f, const std::string& path) {
+DatasetMeta read_validated_meta(io::Id f, const std::string& path) {
   DatasetMeta m;
   m.path = path;
   read_root_attributes(f, m);
@@ -177,12 +177,12 @@ DatasetFile::~DatasetFile() {
 }
 
 std::unique_ptr<ChunkReader> DatasetFile::reader(const std::string& dataset, size_t cache_bytes) const {
-  auto r = std::make_unique<ChunkReader>(file_.id(), fd_, meta_.path, dataset, cache_bytes);
+  auto r = std::make_unique<ChunkReader>(file_, fd_, dataset, cache_bytes);
   r->keep_alive(shared_from_this());  // the descriptor it reads through stays open while it lives
   return r;
 }
 
-Tokenizer DatasetFile::tokenizer() const { return Tokenizer::load(file_.id(), meta_.path); }
+Tokenizer DatasetFile::tokenizer() const { return Tokenizer::load(file_); }
 
 std::string DatasetFile::identity() const {
   const DatasetMeta& m = meta_;

@@ -2,8 +2,6 @@
 // validated once at open, and the DatasetFile handle that every chunk reader of a rank shares, so
 // a file is opened and checked once per rank. Several files (shards) form one Dataset (dataset.h).
 #pragma once
-#include <hdf5.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -47,7 +45,7 @@ class DatasetFile : public std::enable_shared_from_this<DatasetFile> {
   const DatasetMeta& meta() const { return meta_; }
   const std::string& path() const { return meta_.path; }
   // The HDF5 file: main thread only (Debian's HDF5 is not thread-safe).
-  hid_t h5() const { return file_.id(); }
+  const io::File& h5() const { return file_; }
   // Reader of one integer dataset ("/train/tokens"): its layout is read now through HDF5, its
   // rows later with pread on the shared descriptor, from any one thread. The reader keeps this
   // DatasetFile (and so the descriptor) alive.

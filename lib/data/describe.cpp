@@ -11,7 +11,7 @@ namespace ht::data {
 namespace {
 
 std::string dataset_line(const Dataset& data, const std::string& name, int64_t* max_value) {
-  const io::DatasetInfo i = io::info(data.h5(), name);
+  const io::DatasetInfo i = io::info(data.h5().id(), name);
   std::string dims;
   for (size_t d = 0; d < i.dims.size(); ++d) dims += (d ? " x " : "") + std::to_string(i.dims[d]);
   auto reader = data.reader(name, size_t{64} << 20);
@@ -26,7 +26,7 @@ std::string dataset_line(const Dataset& data, const std::string& name, int64_t* 
 std::string describe(const Dataset& data) {
   const DatasetMeta& m = data.meta();
   const std::string& path = m.path;
-  const hid_t f = data.h5();
+  const io::Id f = data.h5().id();
   std::string out = fmt::format("{}: {} v{}, task {}, tokenizer {}, vocab_size {}, pad_id {}, eos_id {}\n", path,
                                 kFormatName, kFormatVersion, config::name_of(m.task), config::name_of(m.tokenizer),
                                 m.vocab_size, m.pad_id, m.eos_id);

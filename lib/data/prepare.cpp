@@ -23,7 +23,7 @@
 namespace ht::data {
 namespace {
 
-constexpr hsize_t kTokenChunk = 32768;  // 64 KiB of uint16: a checksum failure names a small range
+constexpr io::Size kTokenChunk = 32768;  // 64 KiB of uint16: a checksum failure names a small range
 
 Corpus read_corpus(const PrepareOptions& o) {
   Corpus c;
@@ -43,14 +43,14 @@ Corpus read_corpus(const PrepareOptions& o) {
 }
 
 template <typename T>
-void write_ids(hid_t loc, const std::string& name, const std::vector<uint32_t>& ids, std::vector<hsize_t> dims,
-               hsize_t chunk_rows) {
+void write_ids(io::Id loc, const std::string& name, const std::vector<uint32_t>& ids, std::vector<io::Size> dims,
+               io::Size chunk_rows) {
   std::vector<T> narrow(ids.begin(), ids.end());
   io::write(loc, name, narrow, std::move(dims), chunk_rows);
 }
 
-void write_token_ids(hid_t loc, const std::string& name, const std::vector<uint32_t>& ids, int64_t vocab,
-                     std::vector<hsize_t> dims, hsize_t chunk_rows) {
+void write_token_ids(io::Id loc, const std::string& name, const std::vector<uint32_t>& ids, int64_t vocab,
+                     std::vector<io::Size> dims, io::Size chunk_rows) {
   if (vocab > 65535) io::write(loc, name, ids, std::move(dims), chunk_rows);
   else write_ids<uint16_t>(loc, name, ids, std::move(dims), chunk_rows);
 }
@@ -69,7 +69,7 @@ struct Progress {
   }
 };
 
-void write_lm(hid_t f, const Corpus& c, const Tokenizer& tok, const std::vector<bool>& val, PrepareSummary& s,
+void write_lm(io::Id f, const Corpus& c, const Tokenizer& tok, const std::vector<bool>& val, PrepareSummary& s,
               bool progress) {
   std::vector<uint32_t> tokens[2];
   std::vector<uint64_t> offsets[2] = {{0}, {0}};
@@ -92,7 +92,7 @@ void write_lm(hid_t f, const Corpus& c, const Tokenizer& tok, const std::vector<
   io::set_attr(f, "num_tokens", s.train_tokens + s.val_tokens);
 }
 
-void write_classification(hid_t f, const Corpus& c, const Tokenizer& tok, const std::vector<bool>& val, int64_t seq_len,
+void write_classification(io::Id f, const Corpus& c, const Tokenizer& tok, const std::vector<bool>& val, int64_t seq_len,
                           PrepareSummary& s, bool progress) {
   std::vector<uint32_t> rows[2];
   std::vector<int32_t> labels[2];
@@ -105,12 +105,12 @@ void write_classification(hid_t f, const Corpus& c, const Tokenizer& tok, const 
     labels[k].push_back(c.labels[d]);
     bar.update(d + 1);
   }
-  const hsize_t chunk_rows = std::max<hsize_t>(1, 65536 / static_cast<hsize_t>(seq_len * 2));
+  const io::Size chunk_rows = std::max<io::Size>(1, 65536 / static_cast<io::Size>(seq_len * 2));
   const char* names[2] = {"train", "val"};
   for (int k = 0; k < 2; ++k) {
-    const hsize_t n = labels[k].size();
+    const io::Size n = labels[k].size();
     write_token_ids(f, split_dataset(names[k], "input_ids"), rows[k], tok.vocab_size(),
-                    {n, static_cast<hsize_t>(seq_len)}, chunk_rows);
+                    {n, static_cast<io::Size>(seq_len)}, chunk_rows);
     io::write(f, split_dataset(names[k], "labels"), labels[k], {}, 16384);
   }
   io::set_attr(f, "seq_len", seq_len);
@@ -120,7 +120,8 @@ void write_classification(hid_t f, const Corpus& c, const Tokenizer& tok, const 
   s.val_tokens = static_cast<int64_t>(rows[1].size());
 }
 
-void write_root(hid_t f, const PrepareOptions& o, const Tokenizer& tok, config::Task task) {
+void write_root(const io::File& file, const PrepareOptions& o, const Tokenizer& tok, config::Task task) {
+  const io::Id f = file.id();
   io::set_attr(f, "format", std::string(kFormatName));
   io::set_attr(f, "format_version", kFormatVersion);
   io::set_attr(f, "task", std::string(config::name_of(task)));
@@ -131,7 +132,7 @@ void write_root(hid_t f, const PrepareOptions& o, const Tokenizer& tok, config::
   io::set_attr(f, "seed", o.seed);
   io::set_attr(f, "val_fraction", o.val_fraction);
   io::set_attr(f, "created_by", std::string("hpctrain prepare ") + HPCTRAIN_VERSION);
-  tok.save(f);
+  tok.save(file);
 }
 
 void sync_path(const std::string& path) {
@@ -216,7 +217,7 @@ PrepareSummary write_dataset(const PrepareOptions& o, const std::string& tmp, co
   fs::make_dirs(fs::parent_dir(tmp));  // not std::filesystem: see core/fs.h
   try {
     io::File file = io::File::create(tmp);
-    write_root(file.id(), o, tok, s.task);
+    write_root(file, o, tok, s.task);
     if (o.labels_from_dirs) write_classification(file.id(), c, tok, val, o.seq_len, s, progress);
     else write_lm(file.id(), c, tok, val, s, progress);
     file.close();

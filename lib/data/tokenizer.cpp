@@ -205,29 +205,30 @@ std::string Tokenizer::decode(const std::vector<uint32_t>& ids) const {
   return decode(std::vector<int64_t>(ids.begin(), ids.end()));
 }
 
-void Tokenizer::save(hid_t file) const {
-  io::Handle g = io::create_group(file, "tokenizer");
+void Tokenizer::save(const io::File& file) const {
+  io::Handle g = io::create_group(file.id(), "tokenizer");
   io::set_attr(g.id(), "kind", std::string(config::name_of(kind_)));
   io::set_attr(g.id(), "vocab_size", vocab_size());
   if (kind_ != TokenizerKind::kBpe) return;
   std::vector<uint32_t> flat;
   for (const auto& [a, b] : merges_) { flat.push_back(a); flat.push_back(b); }
-  io::write(g.id(), "merges", flat, {static_cast<hsize_t>(merges_.size()), 2});
+  io::write(g.id(), "merges", flat, {static_cast<io::Size>(merges_.size()), 2});
 }
 
 Tokenizer Tokenizer::load(const std::string& dataset_path) {
-  io::File f = io::File::open_read(dataset_path);
-  return load(f.id(), dataset_path);
+  return load(io::File::open_read(dataset_path));
 }
 
-Tokenizer Tokenizer::load(hid_t file, const std::string& dataset_path) {
+Tokenizer Tokenizer::load(const io::File& f) {
+  const io::Id file = f.id();
+  const std::string& dataset_path = f.path();
   const std::string kind = io::has_attr(file, "tokenizer") ? io::attr_string(file, "tokenizer") : "";
   if (kind == "byte") return bytes();
   HT_REQUIRE(kind == "bpe", ExitCode::kData, "{}: unknown tokenizer '{}' (expected byte or bpe)", dataset_path, kind);
   HT_REQUIRE(io::exists(file, "/tokenizer/merges"), ExitCode::kData,
              "{}: tokenizer is bpe but dataset /tokenizer/merges is missing", dataset_path);
   const auto i = io::info(file, "/tokenizer/merges");
-  HT_REQUIRE(i.type_class == H5T_INTEGER && i.dims.size() == 2 && i.dims[1] == 2, ExitCode::kData,
+  HT_REQUIRE(i.type_class == io::TypeClass::kInteger && i.dims.size() == 2 && i.dims[1] == 2, ExitCode::kData,
              "{}:/tokenizer/merges must be an integer [M, 2] dataset", dataset_path);
   std::vector<uint32_t> flat;
   try {

@@ -3,7 +3,6 @@
 // decode(encode(text)) == text for any byte string. The BPE merges are stored in the dataset
 // file (/tokenizer/merges) so that evaluation and later runs decode exactly as prepare encoded.
 #pragma once
-#include <hdf5.h>
 
 #include <cstdint>
 #include <string>
@@ -12,6 +11,10 @@
 #include <vector>
 
 #include "config/enum_names.h"
+
+namespace ht::io {
+class File;
+}  // namespace ht::io
 
 namespace ht::data {
 
@@ -44,11 +47,11 @@ class Tokenizer {
   // would be longer than kMaxTokenBytes.
   static Tokenizer from_merges(std::vector<Merge> merges);
   // Reads the tokenizer of an open dataset file (attribute `tokenizer` + /tokenizer/merges);
-  // path names the file in errors.
-  static Tokenizer load(hid_t file, const std::string& path);
+  // errors name the file's path.
+  static Tokenizer load(const io::File& file);
   static Tokenizer load(const std::string& dataset_path);
   // Writes the /tokenizer group (merges for BPE) into an open file.
-  void save(hid_t file) const;
+  void save(const io::File& file) const;
 
   TokenizerKind kind() const { return kind_; }
   int64_t vocab_size() const { return kByteVocab + static_cast<int64_t>(merges_.size()); }

@@ -1,21 +1,33 @@
+// Files, groups, links and datasets (attributes: h5_attr.cpp; chunk locations: h5_chunks.cpp).
 #include "io/h5.h"
 
+#include <hdf5.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "core/error.h"
+#include "io/h5_check.h"
+#include "io/h5_internal.h"
 
 namespace ht::io {
 
+// io::Id and io::Size stand for HDF5's types in io/h5.h, which does not include <hdf5.h>.
+static_assert(std::is_same_v<Id, hid_t>, "io::Id must be HDF5's hid_t");
+static_assert(std::is_same_v<Size, hsize_t>, "io::Size must be HDF5's hsize_t");
+static_assert(std::is_same_v<int (*)(Id), herr_t (*)(hid_t)>, "Handle's close function must be an H5xclose");
+static_assert(kInvalidId == H5I_INVALID_HID, "io::kInvalidId must be H5I_INVALID_HID");
+
 void Handle::reset() {
   if (id_ >= 0 && close_) close_(id_);
-  id_ = H5I_INVALID_HID;
+  id_ = kInvalidId;
 }
 
 template <> hid_t native_type<float>() { return H5T_NATIVE_FLOAT; }
 template <> hid_t native_type<double>() { return H5T_NATIVE_DOUBLE; }
 template <> hid_t native_type<int8_t>() { return H5T_NATIVE_INT8; }
+template <> hid_t native_type<int16_t>() { return H5T_NATIVE_INT16; }
 template <> hid_t native_type<uint8_t>() { return H5T_NATIVE_UINT8; }
 template <> hid_t native_type<uint16_t>() { return H5T_NATIVE_UINT16; }
 template <> hid_t native_type<int32_t>() { return H5T_NATIVE_INT32; }
@@ -49,19 +61,48 @@ void fail_read(hid_t loc, const std::string& name, const std::string& part) {
           file_name(loc), name, part);
 }
 
-namespace {
-// Elements in a dataspace (scalar: 1), for reads into fixed-size buffers.
+namespace detail {
 hssize_t element_count(hid_t space) {
   const hssize_t n = H5Sget_simple_extent_npoints(space);
   return n < 0 ? -1 : n;
 }
-}  // namespace
 
-File File::create(const std::string& path) {
+TypeClass type_class(hid_t type) {
+  switch (H5Tget_class(type)) {
+    case H5T_INTEGER: return TypeClass::kInteger;
+    case H5T_FLOAT: return TypeClass::kFloat;
+    case H5T_STRING: return TypeClass::kString;
+    case H5T_COMPOUND: return TypeClass::kCompound;
+    case H5T_NO_CLASS: return TypeClass::kNone;
+    default: return TypeClass::kOther;
+  }
+}
+
+Handle fixed_string_type(size_t bytes) {
+  Handle type(HT_H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+  HT_H5_CHECK(H5Tset_size(type.id(), std::max<size_t>(1, bytes)));
+  HT_H5_CHECK(H5Tset_strpad(type.id(), H5T_STR_NULLPAD));
+  return type;
+}
+}  // namespace detail
+
+using detail::element_count;
+
+File File::create(const std::string& path, FileFormat format, const std::string& what) {
   quiet_hdf5_errors();
-  hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  HT_REQUIRE(id >= 0, ExitCode::kData, "{}: cannot create HDF5 file (directory missing or not writable?)", path);
+  Handle fapl(HT_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
+  if (format == FileFormat::kV110) HT_H5_CHECK(H5Pset_libver_bounds(fapl.id(), H5F_LIBVER_V110, H5F_LIBVER_V110));
+  hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id());
+  HT_REQUIRE(id >= 0, ExitCode::kData, "{}: cannot create {} (directory missing or not writable?)", path, what);
   return File(Handle(id, H5Fclose), path);
+}
+
+bool File::flush_and_close() noexcept {
+  if (!h_.valid()) return false;
+  const hid_t id = h_.release();  // closed below, also when the flush fails
+  const bool flushed = H5Fflush(id, H5F_SCOPE_GLOBAL) >= 0;
+  const bool closed = H5Fclose(id) >= 0;
+  return flushed && closed;
 }
 
 File File::open_mode(const std::string& path, unsigned flags) {
@@ -116,8 +157,19 @@ std::vector<std::string> list_children(hid_t loc, const std::string& group) {
   return names;
 }
 
-namespace {
-// Creation-order tracking is needed for H5_INDEX_NAME iteration; fall back to name order.
+std::vector<Link> list_links(hid_t loc, const std::string& group) {
+  std::vector<Link> links;
+  auto cb = [](hid_t, const char* name, const H5L_info_t* info, void* out) -> herr_t {
+    const LinkType type = info->type == H5L_TYPE_HARD       ? LinkType::kHard
+                          : info->type == H5L_TYPE_SOFT     ? LinkType::kSoft
+                          : info->type == H5L_TYPE_EXTERNAL ? LinkType::kExternal
+                                                            : LinkType::kUserDefined;
+    static_cast<std::vector<Link>*>(out)->push_back(Link{name, type});
+    return 0;
+  };
+  Handle g(HT_H5_CHECK(H5Gopen2(loc, group.c_str(), H5P_DEFAULT)), H5Gclose);
+  HT_H5_CHECK(H5Literate(g.id(), H5_INDEX_NAME, H5_ITER_INC, nullptr, cb, &links));
+  return links;
 }
 
 void write_raw(hid_t loc, const std::string& name, hid_t type, const void* data, const std::vector<hsize_t>& dims,
@@ -148,10 +200,7 @@ void write_raw(hid_t loc, const std::string& name, hid_t type, const void* data,
 }
 
 void write_string(hid_t loc, const std::string& name, const std::string& text) {
-  // Stored as a 1-D uint8 array with Fletcher32: no 64 KiB attribute limit and checksummed.
-  Handle type(HT_H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
-  HT_H5_CHECK(H5Tset_size(type.id(), std::max<size_t>(1, text.size())));
-  HT_H5_CHECK(H5Tset_strpad(type.id(), H5T_STR_NULLPAD));
+  Handle type = detail::fixed_string_type(text.size());
   Handle space(HT_H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
   Handle lcpl(HT_H5_CHECK(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
   HT_H5_CHECK(H5Pset_create_intermediate_group(lcpl.id(), 1));
@@ -159,6 +208,12 @@ void write_string(hid_t loc, const std::string& name, const std::string& text) {
             H5Dclose);
   const std::string padded = text.empty() ? std::string(1, '\0') : text;
   HT_H5_CHECK(H5Dwrite(ds.id(), type.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, padded.data()));
+}
+
+void write_checked_string(hid_t loc, const std::string& name, const std::string& text) {
+  Handle type = detail::fixed_string_type(text.size());
+  const std::string padded = text.empty() ? std::string(1, '\0') : text;
+  write_raw(loc, name, type.id(), padded.data(), {1}, 1);
 }
 
 std::string read_string(hid_t loc, const std::string& name) {
@@ -204,7 +259,10 @@ ObjectInfo object_info(hid_t loc, const std::string& name) {
 #endif
   HT_REQUIRE(H5Oget_info_by_name2(loc, name.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) >= 0, ExitCode::kData,
              "{}: object '{}' cannot be opened (damaged?)", file_name(loc), name);
-  return ObjectInfo{info.type, info.rc, info.fileno};
+  const ObjectType type = info.type == H5O_TYPE_GROUP     ? ObjectType::kGroup
+                          : info.type == H5O_TYPE_DATASET ? ObjectType::kDataset
+                                                          : ObjectType::kOther;
+  return ObjectInfo{type, info.rc, info.fileno};
 }
 
 DatasetInfo info(hid_t loc, const std::string& name) {
@@ -215,9 +273,9 @@ DatasetInfo info(hid_t loc, const std::string& name) {
   out.dims.resize(static_cast<size_t>(rank));
   if (rank > 0) HT_H5_CHECK(H5Sget_simple_extent_dims(space.id(), out.dims.data(), nullptr));
   Handle type(HT_H5_CHECK(H5Dget_type(ds.id())), H5Tclose);
-  out.type_class = H5Tget_class(type.id());
+  out.type_class = detail::type_class(type.id());
   out.type_size = H5Tget_size(type.id());
-  out.is_signed = out.type_class == H5T_INTEGER && H5Tget_sign(type.id()) == H5T_SGN_2;
+  out.is_signed = out.type_class == TypeClass::kInteger && H5Tget_sign(type.id()) == H5T_SGN_2;
   Handle dcpl(HT_H5_CHECK(H5Dget_create_plist(ds.id())), H5Pclose);
   const int nfilters = H5Pget_nfilters(dcpl.id());
   for (int i = 0; i < nfilters; ++i) {
@@ -233,7 +291,7 @@ DatasetInfo info(hid_t loc, const std::string& name) {
 
 void require_plain_integer(hid_t loc, const std::string& name, const DatasetInfo& info) {
   const std::string where = file_name(loc) + ":" + name;
-  HT_REQUIRE(info.type_class == H5T_INTEGER, ExitCode::kData, "{}: not an integer dataset", where);
+  HT_REQUIRE(info.type_class == TypeClass::kInteger, ExitCode::kData, "{}: not an integer dataset", where);
   const size_t size = info.type_size;
   HT_REQUIRE(size == 1 || size == 2 || size == 4 || size == 8, ExitCode::kData, "{}: unsupported integer size {}",
              where, size);
@@ -308,134 +366,5 @@ HT_INSTANTIATE(int64_t)
 HT_INSTANTIATE(uint64_t)
 #undef HT_INSTANTIATE
 
-namespace {
-void write_attr(hid_t loc, const std::string& name, hid_t type, hid_t space, const void* data) {
-  if (H5Aexists(loc, name.c_str()) > 0) HT_H5_CHECK(H5Adelete(loc, name.c_str()));
-  Handle a(HT_H5_CHECK(H5Acreate2(loc, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
-  HT_H5_CHECK(H5Awrite(a.id(), type, data));
-}
-Handle open_attr(hid_t loc, const std::string& name) {
-  HT_REQUIRE(H5Aexists(loc, name.c_str()) > 0, ExitCode::kData, "{}: attribute '{}' is missing", file_name(loc), name);
-  return Handle(HT_H5_CHECK(H5Aopen(loc, name.c_str(), H5P_DEFAULT)), H5Aclose);
-}
-
-// A scalar attribute is read into a one-element buffer: more elements would overrun it.
-void require_one_element(hid_t loc, hid_t attr, const std::string& name) {
-  Handle space(HT_H5_CHECK(H5Aget_space(attr)), H5Sclose);
-  const hssize_t n = element_count(space.id());
-  HT_REQUIRE(n == 1, ExitCode::kData, "{}: attribute '{}' holds {} values, expected one", file_name(loc), name, n);
-}
-}  // namespace
-
-void set_attr(hid_t loc, const std::string& name, const std::string& value) {
-  Handle type(HT_H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
-  HT_H5_CHECK(H5Tset_size(type.id(), std::max<size_t>(1, value.size())));
-  Handle space(HT_H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
-  const std::string padded = value.empty() ? std::string(1, '\0') : value;
-  write_attr(loc, name, type.id(), space.id(), padded.data());
-}
-
-void set_attr(hid_t loc, const std::string& name, int64_t value) {
-  Handle space(HT_H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
-  write_attr(loc, name, H5T_NATIVE_INT64, space.id(), &value);
-}
-
-void set_attr(hid_t loc, const std::string& name, double value) {
-  Handle space(HT_H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
-  write_attr(loc, name, H5T_NATIVE_DOUBLE, space.id(), &value);
-}
-
-void set_attr(hid_t loc, const std::string& name, const std::vector<std::string>& values) {
-  size_t width = 1;
-  for (const auto& v : values) width = std::max(width, v.size());
-  std::string flat(width * values.size(), '\0');
-  for (size_t i = 0; i < values.size(); ++i) flat.replace(i * width, values[i].size(), values[i]);
-  Handle type(HT_H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
-  HT_H5_CHECK(H5Tset_size(type.id(), width));
-  HT_H5_CHECK(H5Tset_strpad(type.id(), H5T_STR_NULLPAD));
-  const hsize_t n = values.size();
-  Handle space(HT_H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
-  write_attr(loc, name, type.id(), space.id(), flat.data());
-}
-
-bool has_attr(hid_t loc, const std::string& name) { return H5Aexists(loc, name.c_str()) > 0; }
-
-std::string attr_string(hid_t loc, const std::string& name) {
-  Handle a = open_attr(loc, name);
-  Handle type(HT_H5_CHECK(H5Aget_type(a.id())), H5Tclose);
-  HT_REQUIRE(H5Tget_class(type.id()) == H5T_STRING, ExitCode::kData, "{}: attribute '{}' is not a string",
-             file_name(loc), name);
-  require_one_element(loc, a.id(), name);
-  if (H5Tis_variable_str(type.id()) > 0) {
-    char* p = nullptr;
-    Handle mtype(HT_H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
-    HT_H5_CHECK(H5Tset_size(mtype.id(), H5T_VARIABLE));
-    HT_H5_CHECK(H5Aread(a.id(), mtype.id(), &p));
-    std::string out = p ? p : "";
-    H5free_memory(p);
-    return out;
-  }
-  const size_t size = H5Tget_size(type.id());
-  HT_REQUIRE(size > 0 && size <= (size_t{1} << 20), ExitCode::kData, "{}: attribute '{}' has an implausible size {}",
-             file_name(loc), name, size);
-  std::string out(size, '\0');
-  HT_H5_CHECK(H5Aread(a.id(), type.id(), out.data()));
-  out.resize(std::min(out.size(), out.find('\0')));
-  return out;
-}
-
-int64_t attr_int(hid_t loc, const std::string& name) {
-  Handle a = open_attr(loc, name);
-  Handle type(HT_H5_CHECK(H5Aget_type(a.id())), H5Tclose);
-  HT_REQUIRE(H5Tget_class(type.id()) == H5T_INTEGER, ExitCode::kData, "{}: attribute '{}' is not an integer",
-             file_name(loc), name);
-  require_one_element(loc, a.id(), name);
-  int64_t v = 0;
-  HT_H5_CHECK(H5Aread(a.id(), H5T_NATIVE_INT64, &v));
-  return v;
-}
-
-double attr_double(hid_t loc, const std::string& name) {
-  Handle a = open_attr(loc, name);
-  Handle type(HT_H5_CHECK(H5Aget_type(a.id())), H5Tclose);
-  const H5T_class_t cls = H5Tget_class(type.id());
-  HT_REQUIRE(cls == H5T_FLOAT || cls == H5T_INTEGER, ExitCode::kData, "{}: attribute '{}' is not a number",
-             file_name(loc), name);
-  require_one_element(loc, a.id(), name);
-  double v = 0;
-  HT_H5_CHECK(H5Aread(a.id(), H5T_NATIVE_DOUBLE, &v));
-  return v;
-}
-
-std::vector<std::string> attr_strings(hid_t loc, const std::string& name) {
-  Handle a = open_attr(loc, name);
-  Handle type(HT_H5_CHECK(H5Aget_type(a.id())), H5Tclose);
-  HT_REQUIRE(H5Tget_class(type.id()) == H5T_STRING, ExitCode::kData, "{}: attribute '{}' is not a string list",
-             file_name(loc), name);
-  Handle space(HT_H5_CHECK(H5Aget_space(a.id())), H5Sclose);
-  const hssize_t n = element_count(space.id());
-  HT_REQUIRE(n >= 0 && n <= (1 << 20), ExitCode::kData, "{}: attribute '{}' holds an implausible {} strings",
-             file_name(loc), name, n);
-  std::vector<std::string> out;
-  if (H5Tis_variable_str(type.id()) > 0) {
-    std::vector<char*> ptrs(static_cast<size_t>(n), nullptr);
-    Handle mtype(HT_H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
-    HT_H5_CHECK(H5Tset_size(mtype.id(), H5T_VARIABLE));
-    HT_H5_CHECK(H5Aread(a.id(), mtype.id(), ptrs.data()));
-    for (char* p : ptrs) { out.emplace_back(p ? p : ""); H5free_memory(p); }
-    return out;
-  }
-  const size_t width = H5Tget_size(type.id());
-  HT_REQUIRE(width > 0 && width <= 4096, ExitCode::kData, "{}: attribute '{}' has strings of implausible width {}",
-             file_name(loc), name, width);
-  std::string flat(width * static_cast<size_t>(n), '\0');
-  HT_H5_CHECK(H5Aread(a.id(), type.id(), flat.data()));
-  for (hssize_t i = 0; i < n; ++i) {
-    std::string s = flat.substr(static_cast<size_t>(i) * width, width);
-    s.resize(std::min(s.size(), s.find('\0')));
-    out.push_back(s);
-  }
-  return out;
-}
 
 }  // namespace ht::io

@@ -12,7 +12,7 @@
 #include "data/batch.h"
 #include "data/loader.h"
 #include "model/gpt.h"
-#include "train/phases.h"
+#include "train/report/phases.h"
 
 namespace ht::train {
 

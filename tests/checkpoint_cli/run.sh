@@ -59,7 +59,7 @@ same_checkpoint() {
   ga=$(top_level "$a") || fail "h5ls $a failed"
   gb=$(top_level "$b") || fail "h5ls $b failed"
   [ "$ga" = "$gb" ] || fail "the files hold different objects: [$(echo $ga)] vs [$(echo $gb)]"
-  echo "$ga" | grep -qx model || fail "$a has no /model (h5ls lists: $(echo $ga))"
+  grep -qx model <<<"$ga" || fail "$a has no /model (h5ls lists: $(echo $ga))"
   for g in $ga; do
     [ "$g" = config ] && continue
     "$H5DIFF" "$a" "$b" "/$g" "/$g" >"$WORK/h5diff.txt" 2>&1 \

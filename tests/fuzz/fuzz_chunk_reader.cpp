@@ -190,7 +190,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!ok) continue;
     std::vector<int64_t> theirs;
     try {
-      theirs = io::read<int64_t>(ds->h5(), name);
+      theirs = io::read<int64_t>(ds->h5().id(), name);
     } catch (const Error& e) {
       finding("ChunkReader accepted " + name + " but HDF5 refuses it: " + e.what());
     }

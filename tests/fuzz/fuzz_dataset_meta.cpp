@@ -148,7 +148,7 @@ void compare_with_hdf5(const data::Dataset& ds, const std::string& name) {
   std::vector<int64_t> ours;
   bool unsigned64 = false;
   const bool read_ok = only_ht_errors("ChunkReader", [&] {
-    const io::DatasetInfo inf = io::info(ds.h5(), name);
+    const io::DatasetInfo inf = io::info(ds.h5().id(), name);
     unsigned64 = inf.type_size == 8 && !inf.is_signed;
     auto reader = ds.reader(name, size_t{1} << 20);
     ours.resize(static_cast<size_t>(reader->rows() * reader->row_elems()));
@@ -157,7 +157,7 @@ void compare_with_hdf5(const data::Dataset& ds, const std::string& name) {
   if (!read_ok || unsigned64) return;  // HDF5 clips uint64 above INT64_MAX, the reader wraps: not comparable
   std::vector<int64_t> theirs;
   try {
-    theirs = io::read<int64_t>(ds.h5(), name);
+    theirs = io::read<int64_t>(ds.h5().id(), name);
   } catch (const Error& e) {
     finding("ChunkReader read " + ds.path() + ":" + name + " but HDF5 refuses it: " + e.what());
   }

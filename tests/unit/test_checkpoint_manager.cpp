@@ -142,7 +142,7 @@ TEST_F(CheckpointManager, LayoutIsPlainHdf5WithChecksumsAndProvenance) {
     const auto i = ht::io::info(f.id(), ds);
     EXPECT_TRUE(i.has_fletcher32) << ds;
   }
-  EXPECT_EQ(ht::io::info(f.id(), "model/blocks.0.attn.qkv.weight").dims, (std::vector<hsize_t>{12, 4}));
+  EXPECT_EQ(ht::io::info(f.id(), "model/blocks.0.attn.qkv.weight").dims, (std::vector<ht::io::Size>{12, 4}));
   EXPECT_EQ(ht::io::read<int64_t>(f.id(), "state/step"), (std::vector<int64_t>{3}));
   EXPECT_EQ(ht::io::read_string(f.id(), "config").size(), 100000u + 21u);
 }

@@ -3,7 +3,7 @@
 // tensorboard 2.21's event_pb2 and masked_crc32c), the file the writer leaves, and (when the Python
 // venv of scripts/setup-python.sh exists) TensorBoard's own EventAccumulator reading it back
 // through tests/python/tb_read.py.
-#include "train/tensorboard.h"
+#include "train/report/tensorboard.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "train/plot.h"
+#include "train/report/plot.h"
 
 #include <unistd.h>
 
@@ -13,7 +13,7 @@
 #include "core/fs.h"
 #include "config/config.h"
 #include "core/log.h"
-#include "train/gnuplot.h"
+#include "train/report/gnuplot.h"
 
 namespace ht::train {
 namespace {

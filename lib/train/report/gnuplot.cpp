@@ -1,4 +1,4 @@
-#include "train/gnuplot.h"
+#include "train/report/gnuplot.h"
 
 #include <fcntl.h>
 #include <signal.h>

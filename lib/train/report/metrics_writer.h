@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "train/tensorboard.h"
+#include "train/report/tensorboard.h"
 
 namespace ht::train {
 

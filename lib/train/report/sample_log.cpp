@@ -1,4 +1,4 @@
-#include "train/sample_log.h"
+#include "train/report/sample_log.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 

@@ -1,5 +1,17 @@
-// What a run logs: the console lines and metrics lines (train/metrics_writer.h) of training steps
-// and evaluations, and the peak FLOP/s figure that MFU is measured against.
+// train/report/: how a run is reported, the third axis of train/ beside data_parallel/ (how
+// replicas stay in step) and optimizer/ (how a step updates the weights). It owns the console lines
+// and metrics.jsonl lines of steps and evaluations (this header), their one writer with the
+// TensorBoard events (metrics_writer.h, tensorboard.h), per-phase step timing and its Chrome trace
+// (phases.h), loss/accuracy plots through gnuplot (plot.h, gnuplot.h) and text samples during
+// training (sample_log.h).
+// What it must not do: change the training it reports. It reads results the trainer hands it and
+// never writes model, optimizer or loader state, never draws from the run's random streams (a
+// sample uses a generator of its own), and takes no decision about the run (when to evaluate,
+// checkpoint or stop belongs to the trainer). Files are written by rank 0; its only collectives
+// gather phase timings and agree on opening a trace file, on the ranks that all call them.
+//
+// This header: the console and metrics lines of training steps and evaluations, and the peak
+// FLOP/s figure that MFU is measured against.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <torch/types.h>
@@ -10,8 +22,8 @@
 #include "config/config.h"
 #include "train/evaluate.h"
 #include "train/data_parallel/data_parallel.h"
-#include "train/metrics_writer.h"
-#include "train/phases.h"
+#include "train/report/metrics_writer.h"
+#include "train/report/phases.h"
 
 namespace ht::train {
 

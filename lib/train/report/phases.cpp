@@ -1,4 +1,4 @@
-#include "train/phases.h"
+#include "train/report/phases.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

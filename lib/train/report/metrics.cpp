@@ -1,4 +1,4 @@
-#include "train/metrics.h"
+#include "train/report/metrics.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>

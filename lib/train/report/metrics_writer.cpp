@@ -1,4 +1,4 @@
-#include "train/metrics_writer.h"
+#include "train/report/metrics_writer.h"
 
 #include <unistd.h>
 

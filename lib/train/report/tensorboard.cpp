@@ -1,4 +1,4 @@
-#include "train/tensorboard.h"
+#include "train/report/tensorboard.h"
 
 #include <fcntl.h>
 #include <unistd.h>

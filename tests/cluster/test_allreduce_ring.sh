@@ -13,7 +13,7 @@ check_ring() {
   local np="$1" out; shift
   out=$(timeout 120 "$EMU" mpirun -np "$np" "$@" "$probe" -n 3 1048576 3370000 2>&1) || { echo "$out"; fail "probe on $np ranks failed"; }
   echo "$out" | grep '^probe'
-  echo "$out" | grep -q "^probe hosts: .*(2 nodes)" || fail "the $np ranks did not run on 2 nodes"
+  grep -q "^probe hosts: .*(2 nodes)" <<<"$out" || fail "the $np ranks did not run on 2 nodes"
   echo "$out" | awk '/^probe bytes=/ {
       for (i = 2; i <= NF; ++i) { split($i, kv, "="); v[kv[1]] = kv[2] }
       r = v["tx_bytes_per_call_per_node"] / v["ring_bytes_per_call"]

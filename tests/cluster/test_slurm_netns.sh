@@ -22,7 +22,7 @@ cd "$WORK" || exit 1
 out=$(timeout 120 srun --mpi=pmix --nodes=2 --ntasks-per-node=1 --time=2 "$probe" -n 3 3370000 2>&1) ||
   { echo "$out"; fail "srun of the probe failed"; }
 echo "$out" | grep '^probe'
-echo "$out" | grep -q "^probe hosts: 0=node1 1=node2 (2 nodes)" || fail "the ranks did not run on node1 and node2"
+grep -q "^probe hosts: 0=node1 1=node2 (2 nodes)" <<<"$out" || fail "the ranks did not run on node1 and node2"
 echo "$out" | awk '/^probe bytes=/ {
     for (i = 2; i <= NF; ++i) { split($i, kv, "="); v[kv[1]] = kv[2] }
     r = v["tx_bytes_per_call_per_node"] / v["ring_bytes_per_call"]

@@ -19,7 +19,7 @@ if msg=$(python3 "$SWEEP" submit train.lr=0.001 --task "train.bogus_key=1" --con
   fail "submit accepted the unknown key train.bogus_key: $msg"
 fi
 echo "$msg"
-echo "$msg" | grep -q "key 'train.bogus_key' is not a config key" || fail "submit's refusal does not name train.bogus_key"
+grep -q "key 'train.bogus_key' is not a config key" <<<"$msg" || fail "submit's refusal does not name train.bogus_key"
 [ ! -e "$WORK/refused/sweep.json" ] || fail "a refused submit wrote sweep.json"
 
 d="$WORK/sw"
@@ -62,8 +62,8 @@ done
 err=$(sed -n 's/.*\[error\] \(\[rank [0-9]*\] \)\{0,1\}\(config key .train\.bogus_key.*\)$/\2/p' "$d/task-3.out" | head -n 1)
 [ -n "$err" ] || fail "task-3.out holds no hpctrain [error] line about train.bogus_key"
 line=$(grep -E '^\| 3 \|' "$d/sweep.md")
-echo "$line" | grep -q "| 3 | train.bogus_key=1 | FAILED |" || fail "task 3 is not named FAILED: $line"
-echo "$line" | grep -qF "$(echo "$err" | sed 's/|/\\|/g')" || fail "task 3's row does not carry hpctrain's error '$err': $line"
+grep -q "| 3 | train.bogus_key=1 | FAILED |" <<<"$line" || fail "task 3 is not named FAILED: $line"
+grep -qF "$(sed 's/|/\\|/g' <<<"$err")" <<<"$line" || fail "task 3's row does not carry hpctrain's error '$err': $line"
 grep -q "^Not finished: task 3 (train.bogus_key=1) FAILED: config key 'train.bogus_key'" "$d/sweep.md" ||
   fail "sweep.md does not name the failed task under the table"
 sed -n '/^| task/,/^$/p' "$d/sweep.md"

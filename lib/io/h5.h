@@ -1,7 +1,7 @@
 // Small RAII wrappers over the HDF5 C API: files, groups, links, datasets, attributes.
 // Every call is checked (HT_H5_CHECK, io/h5_check.h) and errors name the file and the object.
 // Datasets written here are chunked with the Fletcher32 checksum filter.
-// Only lib/io/ includes <hdf5.h> (tests/build/layering.sh keeps it so): an identifier is an
+// Only lib/io/ includes <hdf5.h> (tests/layering/layering.sh keeps it so): an identifier is an
 // io::Id here (HDF5's hid_t, same type: h5.cpp checks it), to be passed to these functions and
 // never to the HDF5 C API. Readers that read chunks without HDF5 find them with io/h5_chunks.h.
 #pragma once

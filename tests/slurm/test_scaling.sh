@@ -6,11 +6,14 @@
 #   - the job completes and writes scaling.md, scaling.csv, scaling.png, link.json into RUN_DIR;
 #   - the table has the PyTorch DDP row and the hpctrain rows (dp, lsgd8), each with tokens/s and
 #     an eval loss; dp reaches the target;
-#   - the link measured once by the probe is within 10 % of the 20 Mbit/s cap;
+#   - the link measured once by the probe is 0.6-1.1 of the 20 Mbit/s cap (see below);
 #   - beside every hpctrain row's measured sync seconds stands the cost model's prediction (the
 #     network part only); for dp it is within 0.67-1.5x of the measurement, for lsgd8 within 3x.
 # The link rate on this 2-core machine: the probe's 4 MB all-reduce measured 19.0-19.8 Mbit/s
-# (0.95-0.99 of the cap) with the job's MPI_TCP_TUNING=1; without it OpenMPI's TCP defaults give 0.51.
+# (0.95-0.99 of the cap) with the job's MPI_TCP_TUNING=1 on a quiet machine, 0.85 in CI beside other
+# tests (the probe's processes share the 2 cores); without the tuning OpenMPI's TCP defaults give 0.51.
+# So the band is 0.6-1.1: it fails a probe that misses the cap (tbf not applied, loopback), a unit
+# error of 2x or 8x, and the untuned TCP path, and it does not race the load of neighbouring tests.
 source "$(dirname "$0")/../cluster/lib.sh"
 need_prereqs mpicc srun sbatch munged slurmctld slurmd gnuplot python3
 : "${HPCTRAIN:?}"
@@ -71,15 +74,15 @@ for m in dp lsgd8; do
 done
 row dp hpctrain | grep -qE "^\| dp \| hpctrain \| $num \| $num \| ${num}x \|" || fail "dp did not reach DDP's target"
 
-# The link: the probe's rate within 10 % of the cap (the report's line and link.json agree).
+# The link: the probe's rate 0.6-1.1 of the cap (the report's line and link.json agree).
 read -r B cap < <(python3 -c "import json; l = json.load(open('$rd/link.json')); print(l.get('B', 0), l.get('cap') or 0)")
 grep -q "^Link: .* Mbit/s per node and direction .*nominal cap 20mbit" "$rd/scaling.md" || fail "scaling.md has no link line with the cap"
 awk -v b="$B" -v c="$cap" 'BEGIN { r = b / c; printf "link: measured %.2f Mbit/s, cap %.0f Mbit/s: %.3f of it\n", b / 1e6, c / 1e6, r
-  exit !(c == 20000000 && r >= 0.9 && r <= 1.1) }' || fail "measured link rate $B bit/s is not within 10 % of the 20 Mbit/s cap"
+  exit !(c == 20000000 && r >= 0.6 && r <= 1.1) }' || fail "measured link rate $B bit/s is not 0.6-1.1 of the 20 Mbit/s cap"
 [ "$(tail -n +2 "$rd/scaling.csv" | wc -l)" -eq 3 ] || fail "scaling.csv should have 3 rows (ddp, dp, lsgd8)"
 sed -n '/^| mode/,/^$/p' "$rd/scaling.md"
 # HT_SCALING_KEEP=DIR keeps a copy of the report (the work dir is removed on exit).
 if [ -n "${HT_SCALING_KEEP:-}" ]; then
   mkdir -p "$HT_SCALING_KEEP" && cp "$rd"/scaling.{md,csv,png} "$rd/link.json" "$out" "$HT_SCALING_KEEP/" && say "report kept in $HT_SCALING_KEEP"
 fi
-say "PASS: scaling.sbatch on 2 nodes at 20 Mbit/s: PyTorch and hpctrain rows, link within 10 % of the cap, cost model beside each sync"
+say "PASS: scaling.sbatch on 2 nodes at 20 Mbit/s: PyTorch and hpctrain rows, link 0.6-1.1 of the cap, cost model beside each sync"

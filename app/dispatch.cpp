@@ -45,6 +45,42 @@ std::string unknown_subcommand(int argc, char** argv, const std::vector<Command>
                      names);
 }
 
+// Setup phase: errors are agreed across ranks, so nobody waits in a collective for a dead peer.
+int run_setup_phase(Phases& phases, Context& ctx) {
+  int code = 0;
+  std::string message;
+  try {
+    if (phases.setup) phases.setup(ctx);
+  } catch (const Error& e) {
+    code = static_cast<int>(e.code());
+    message = e.what();
+  } catch (const std::exception& e) {
+    code = static_cast<int>(ExitCode::kRuntime);
+    message = e.what();
+  }
+  return agree_on_exit(ctx.comm, code, message);
+}
+
+// Run phase: an error on one rank ends the whole job through MPI_Abort with its exit code; one
+// that every rank met alike (agreed) is printed once and every rank exits with its code.
+int run_run_phase(Phases& phases, Context& ctx) {
+  comm::Communicator& comm = ctx.comm;
+  try {
+    return phases.run(ctx);
+  } catch (const AgreedError& e) {
+    if (comm.rank() == 0) HT_ERROR("{}", e.what());
+    return static_cast<int>(e.code());
+  } catch (const Error& e) {
+    HT_ERROR("{}", e.what());
+    if (comm.size() > 1) comm.abort(static_cast<int>(e.code()));
+    return static_cast<int>(e.code());
+  } catch (const std::exception& e) {
+    HT_ERROR("unexpected failure: {}", e.what());
+    if (comm.size() > 1) comm.abort(static_cast<int>(ExitCode::kRuntime));
+    return static_cast<int>(ExitCode::kRuntime);
+  }
+}
+
 }  // namespace
 
 void register_command(Command c) { registry().push_back(std::move(c)); }
@@ -92,37 +128,8 @@ int run_main(int argc, char** argv) {
     if (sub->parsed()) chosen = &phases;
   if (!chosen) return static_cast<int>(ExitCode::kUsage);
 
-  // Setup phase: errors are agreed across ranks, so nobody waits in a collective for a dead peer.
-  int code = 0;
-  std::string message;
-  try {
-    if (chosen->setup) chosen->setup(ctx);
-  } catch (const Error& e) {
-    code = static_cast<int>(e.code());
-    message = e.what();
-  } catch (const std::exception& e) {
-    code = static_cast<int>(ExitCode::kRuntime);
-    message = e.what();
-  }
-  code = agree_on_exit(*comm, code, message);
-  if (code != 0) return code;
-
-  // Run phase: an error on one rank ends the whole job through MPI_Abort with its exit code; one
-  // that every rank met alike (agreed) is printed once and every rank exits with its code.
-  try {
-    return chosen->run(ctx);
-  } catch (const AgreedError& e) {
-    if (comm->rank() == 0) HT_ERROR("{}", e.what());
-    return static_cast<int>(e.code());
-  } catch (const Error& e) {
-    HT_ERROR("{}", e.what());
-    if (comm->size() > 1) comm->abort(static_cast<int>(e.code()));
-    return static_cast<int>(e.code());
-  } catch (const std::exception& e) {
-    HT_ERROR("unexpected failure: {}", e.what());
-    if (comm->size() > 1) comm->abort(static_cast<int>(ExitCode::kRuntime));
-    return static_cast<int>(ExitCode::kRuntime);
-  }
+  const int code = run_setup_phase(*chosen, ctx);
+  return code != 0 ? code : run_run_phase(*chosen, ctx);
 }
 
 }  // namespace ht::app

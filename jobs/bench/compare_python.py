@@ -30,6 +30,8 @@ import statistics
 import subprocess
 import sys
 
+import op_profile
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PYDIR = os.path.join(ROOT, "tests", "python")
 MODEL = """
@@ -109,6 +111,8 @@ def run_ours(a, name, cfg, overrides, timeout=1800):
     cmd = ["mpirun", "-np", str(a.ranks), "--oversubscribe", "--bind-to", "none",
            "/usr/bin/time", "-f", "HT_MAXRSS_KB %M", a.hpctrain, "train", "--config", cfg,
            "--set", f"train.output_dir={out}", *sum((["--set", o] for o in overrides), [])]
+    if a.profile:
+        cmd += ["--set", f"log.trace_steps={a.profile[0]}:{a.profile[1]}"]
     sh(cmd, out + ".log", base_env(), timeout)
     rss = [int(x) * 1024 for x in re.findall(r"HT_MAXRSS_KB (\d+)", open(out + ".log").read())]
     rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
@@ -133,6 +137,8 @@ def run_theirs(a, name, cfg, variant, overrides, recompute, bf16=False, timeout=
         cmd.append("--recompute")
     if bf16:
         cmd += ["--autocast", "bf16", "--fused"]
+    if a.profile:
+        cmd += ["--profile-steps", f"{a.profile[0]}:{a.profile[1]}"]
     os.makedirs(out, exist_ok=True)
     sh(cmd, out + ".log", base_env(), timeout)
     steps = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
@@ -267,6 +273,9 @@ def main():
     p.add_argument("--vocab-size", type=int, default=0, help="model.vocab_size (0: the dataset's; larger: unused rows)")
     p.add_argument("--modes", default="dp,local", help="dp,local | dp | local")
     p.add_argument("--zero1", action="store_true", help="also ours with train.shard_optimizer = true (dp rows)")
+    p.add_argument("--profile", metavar="A:B",
+                   help="operator profiles of steps A..B (within the warm-up steps, so the timed steps carry no "
+                        "profiler overhead) on both sides, set side by side per configuration (op_profile.py)")
     p.add_argument("--preset", choices=["gpt2-small"],
                    help="gpt2-small: 12 x 768, 12 heads, vocab 50257 (124 M parameters; byte-level data, the "
                         "embedding rows above the dataset's vocabulary are never read), seq_len 256, micro-batch 2, "
@@ -277,6 +286,12 @@ def main():
                 "--micro-batch", "2", "--precision", "bf16", "--recompute", "off", "--steps", "12", "--warmup", "2",
                 "--eval-batches", "2"] + argv
     a = p.parse_args(argv)
+    if a.profile:
+        first, _, last = a.profile.partition(":")
+        if not (first.isdigit() and last.isdigit() and 2 <= int(first) <= int(last) <= a.warmup):
+            sys.exit(f"compare_python: --profile {a.profile}: want A:B with 2 <= A <= B <= --warmup ({a.warmup}): "
+                     f"the profiled steps must be untimed warm-up steps after the first")
+        a.profile = (int(first), int(last))
     a.modes = a.modes.split(",")
     a.python = venv_python(a.python)
     a.recompute = [x == "on" for x in a.recompute.split(",")]
@@ -317,6 +332,9 @@ def main():
                 r["errors"].append(f"run {name}: {e}")
                 print(f"[pair {i + 1}/{a.pairs}] {conf} | {side}: FAILED {e}", flush=True)
         text = write_report(a, results, started, f"{i + 1} of {a.pairs} pairs done")
+    if a.profile:
+        text += profile_report(a)
+        open(os.path.join(a.out, "report.md"), "w").write(text)
     print(text)
     return 1 if any(v["errors"] for v in results.values()) else 0
 
@@ -329,6 +347,26 @@ def write_report(a, results, started, progress):
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump({f"{c} | {s}": v for (c, s), v in results.items()}, f, indent=1)
     return text
+
+
+def profile_report(a):
+    """Per configuration: rank 0's operator profile of ours beside each reference side (last pair)."""
+    steps = a.profile[1] - a.profile[0] + 1
+    lines = ["", f"## Operator profiles (rank 0, steps {a.profile[0]}..{a.profile[1]}, last pair; torch's profiler "
+             "on both sides: self time per operator, ms per step)", ""]
+    confs = {}
+    for conf, side, _ in plan(a):
+        confs.setdefault(conf, []).append(side)
+    for conf, sides in confs.items():
+        trace = lambda side: os.path.join(a.out, "runs", re.sub(r"[^a-z0-9]+", "-", f"{conf}-{side}-{a.pairs - 1}".lower()),
+                                          "trace", "rank0.ops.json")
+        for side in sides[1:]:
+            if side.startswith("ours") or not (os.path.exists(trace("ours")) and os.path.exists(trace(side))):
+                continue
+            lines += [f"### {conf}: ours vs {side}", "",
+                      op_profile.table(op_profile.load_events(trace("ours")), op_profile.load_events(trace(side)),
+                                       steps, 25, ["ours", side]), ""]
+    return "\n".join(lines) + "\n"
 
 
 def init_weights(a):

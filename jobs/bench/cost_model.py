@@ -84,6 +84,12 @@ def load(path):
     return out
 
 
+def error_summary(lead, errs):
+    """One line on the relative errors |model - measured| / measured of a table's points."""
+    return (f"{lead}{len(errs)} points, mean |error| {100 * sum(errs) / len(errs):.0f}%, max {100 * max(errs):.0f}%, "
+            f"within 20%: {sum(e <= 0.2 for e in errs)} of {len(errs)}.")
+
+
 def measured_table(points):
     a, R = fit_local(points)
     lines = [f"t_local(S) = {a * 1e3:.1f} ms + S / {R / 1e6:.0f} MB/s (fitted on the link=none points); "
@@ -101,8 +107,7 @@ def measured_table(points):
         lines.append(f"| {p['nodes']} | {p['link']} | {p['mode']} | {p['S'] / 1e6:.2f} | {p['t']:.3f} | "
                      f"{pred:.3f} | {100 * err:+.0f}%{note} |")
     if errs:
-        lines += ["", f"Blocking points on a capped link: {len(errs)}, mean |error| {100 * sum(errs) / len(errs):.0f}%, "
-                      f"max {100 * max(errs):.0f}%, within 20%: {sum(e <= 0.2 for e in errs)} of {len(errs)}."]
+        lines += ["", error_summary("Blocking points on a capped link: ", errs)]
     return "\n".join(lines)
 
 
@@ -149,8 +154,7 @@ def ttq_table(path, nocomm, params, link_bits, nodes):
         lines.append(f"| {r['link']} | {r['mode']} | {N} | {F} | {tau} | {dtype} | {steps:.0f} | {tts:.1f} | "
                      f"{pred:.1f} | {100 * err:+.0f}% |")
     if errs:
-        lines += ["", f"{len(errs)} points, mean |error| {100 * sum(errs) / len(errs):.0f}%, max {100 * max(errs):.0f}%, "
-                      f"within 20%: {sum(e <= 0.2 for e in errs)} of {len(errs)}."]
+        lines += ["", error_summary("", errs)]
     return "\n".join(lines)
 
 

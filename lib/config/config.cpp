@@ -163,7 +163,8 @@ const std::vector<Key>& keys() {
       HT_KEY(log, level, "console verbosity"),
       HT_KEY(log, all_ranks, "show info lines of every rank (each prefixed with its rank)"),
       HT_KEY(log, metrics_file, "JSONL metrics file name inside output_dir"),
-      HT_KEY(log, trace_steps, "Chrome trace (Perfetto) of the phases of steps A..B, one file per rank in "
+      HT_KEY(log, trace_steps, "Chrome trace (Perfetto) of the phases of steps A..B (rankR.json) and of their "
+                               "operators from torch's profiler (rankR.ops.json), one pair per rank in "
                                "<output_dir>/trace/; empty = none"),
       HT_KEY(log, tensorboard, "also write every metrics line and the config as TensorBoard events in output_dir"),
       HT_KEY(log, plot, "write loss.png (and accuracy.png for classification) in output_dir at the end (gnuplot)"),

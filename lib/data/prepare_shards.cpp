@@ -95,6 +95,42 @@ Tokenizer unpack_merges(const std::string& s) {
   return Tokenizer::from_merges(std::move(m));
 }
 
+// As the single-file prepare: every --input must give documents (an empty one is a mistake).
+void check_documents_per_input(const PrepareOptions& o, const std::vector<LabelInput>& inputs,
+                               const CorpusFiles& files, const std::vector<int64_t>& docs_per_file, bool log) {
+  std::vector<int64_t> docs_per_input(o.inputs.size(), 0);
+  for (size_t i = 0; i < docs_per_file.size(); ++i) docs_per_input[files.input[i]] += docs_per_file[i];
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    HT_REQUIRE(docs_per_input[i] > 0, ExitCode::kData, "{}: no documents found (empty files or directory?)",
+               inputs[i].path);
+    if (o.labels_from_dirs && log)
+      HT_INFO("prepare: label {} '{}': {} documents from {}", i, inputs[i].label, docs_per_input[i], inputs[i].path);
+  }
+}
+
+// Collective: this rank's shard written to a temporary name, then every shard renamed only once
+// all were written (a failed write leaves no partial set of shards).
+PrepareSummary write_shard(const PrepareOptions& o, const Corpus& mine, const Tokenizer& tok,
+                           const std::vector<bool>& val, comm::Communicator& comm) {
+  const std::string out = shard_path(o.output, comm.rank(), comm.size());
+  const std::string tmp = out + ".tmp-" + std::to_string(::getpid());
+  PrepareSummary s;
+  try {
+    comm::run_agreed(comm, [&] {
+      // A shard must be readable alone (DatasetFile::open needs training tokens).
+      HT_REQUIRE(std::count(val.begin(), val.end(), false) > 0, ExitCode::kData,
+                 "prepare: shard {} would hold no training documents ({} document(s) in its input files); use fewer "
+                 "ranks", out, val.size());
+      s = write_dataset(o, tmp, mine, tok, val);
+    });
+    comm::run_agreed(comm, [&] { commit_dataset(tmp, out); });
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  return s;
+}
+
 }  // namespace
 
 std::string shard_path(const std::string& output, int rank, int size) {
@@ -128,16 +164,9 @@ PrepareSummary prepare_shards(const PrepareOptions& o, comm::Communicator& comm)
   });
   comm.allreduce(docs_per_file.data(), docs_per_file.size(), comm::DType::kI64, comm::ReduceOp::kSum);
   comm::run_agreed(comm, [&] {
-    // As the single-file prepare: every --input must give documents (an empty one is a mistake).
-    std::vector<int64_t> docs_per_input(o.inputs.size(), 0);
-    for (size_t i = 0; i < docs_per_file.size(); ++i) docs_per_input[files.input[i]] += docs_per_file[i];
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      HT_REQUIRE(docs_per_input[i] > 0, ExitCode::kData, "{}: no documents found (empty files or directory?)",
-                 inputs[i].path);
-      if (o.labels_from_dirs && r == 0)
-        HT_INFO("prepare: label {} '{}': {} documents from {}", i, inputs[i].label, docs_per_input[i], inputs[i].path);
-    }
-    if (bpe && r == 0) {  // one vocabulary for all shards, trained as the single-file prepare trains it
+    check_documents_per_input(o, inputs, files, docs_per_file, r == 0);
+    // One vocabulary for all shards, trained as the single-file prepare trains it.
+    if (bpe && r == 0) {
       const Corpus all = read_files(files, 0, files.paths.size(), false);
       merges = pack_merges(make_tokenizer(o, all.docs, all.bytes));
     }
@@ -150,26 +179,10 @@ PrepareSummary prepare_shards(const PrepareOptions& o, comm::Communicator& comm)
   const int64_t offset = std::accumulate(counts.begin(), counts.begin() + r, int64_t{0});
   const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
 
-  const std::string out = shard_path(o.output, r, R);
-  const std::string tmp = out + ".tmp-" + std::to_string(::getpid());
-  PrepareSummary s;
-  try {
-    comm::run_agreed(comm, [&] {
-      const Tokenizer tok = bpe ? unpack_merges(merges) : Tokenizer::bytes();
-      const auto all = assign_validation(total, o.val_fraction, o.seed);
-      const std::vector<bool> val(all.begin() + offset, all.begin() + offset + n);
-      // A shard must be readable alone (DatasetFile::open needs training tokens).
-      HT_REQUIRE(std::count(val.begin(), val.end(), false) > 0, ExitCode::kData,
-                 "prepare: shard {} would hold no training documents ({} document(s) in its input files); use fewer "
-                 "ranks", out, n);
-      s = write_dataset(o, tmp, mine, tok, val);
-    });
-    // Renamed only when every shard was written: a failed write leaves no partial set of shards.
-    comm::run_agreed(comm, [&] { commit_dataset(tmp, out); });
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
-  }
+  const Tokenizer tok = bpe ? unpack_merges(merges) : Tokenizer::bytes();
+  const auto all = assign_validation(total, o.val_fraction, o.seed);
+  const PrepareSummary s =
+      write_shard(o, mine, tok, std::vector<bool>(all.begin() + offset, all.begin() + offset + n), comm);
   HT_INFO("prepare: wrote {} shards {} ({}, {} tokenizer, vocab {}, {} documents, {:.1f} MiB of text) in {:.1f}s", R,
           shard_path(o.output, 0, R), config::name_of(s.task), config::name_of(o.tokenizer), s.vocab_size, total,
           total_bytes / 1048576.0, clock.seconds());

@@ -12,8 +12,17 @@ std::string inspect_checkpoint(const std::string& path, bool* ok) {
   std::string out = checkpoint::describe(path, &verified);
   *ok = verified;
   if (!verified) return out;
+  // The strict read also checks the training counters against each other (checksums cannot).
+  checkpoint::Snapshot snap;
   try {
-    const checkpoint::Snapshot snap = checkpoint::read_file(path);
+    snap = checkpoint::read_file(path);
+    out += "counters: consistent (root step = /state/step, optimizer step counts within it)\n";
+  } catch (const std::exception& e) {
+    out += std::string("counters: DAMAGED: ") + e.what() + "\n";
+    *ok = false;
+    return out;
+  }
+  try {
     const config::Config cfg = config::load_text(snap.strings.at("config"), path + ":/config", {});
     torch::NoGradGuard no_grad;
     model::Gpt gpt(model::GptOptions::from_config(cfg.model));

@@ -1,6 +1,9 @@
 """Interoperability proof for hpctrain checkpoints: a checkpoint written by `hpctrain train` is read
 with plain h5py into an equivalent PyTorch GPT (tests/python/hpctrain_ref/model.py), and that model's
-validation loss equals `hpctrain eval --checkpoint FILE` on the same data.
+validation loss equals `hpctrain eval --checkpoint FILE` on the same data. Then damaged counters
+that pass the checksums (changed through h5py, which rewrites them, or a 16-bit word 0x0000 -> 0xFFFF
+written into the file, which Fletcher32 cannot see) are refused by `inspect` and by a resume, each
+naming the file and the counter.
 
 Usage: checkpoint_interop.py --hpctrain BIN [--work DIR]   (run through with_venv.sh; a missing
 prerequisite ends it through tests/support/skip.sh: exit 77 = skipped, or 1 under scripts/test.sh)
@@ -66,6 +69,50 @@ def val_loss(model, data_path, seq_len, batch):
     return total / count, count
 
 
+def expect_refused(cmd, *needles):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 2 or not all(n in p.stdout for n in needles):
+        sys.exit(f"FAIL: {' '.join(cmd)} exited {p.returncode} (want 2 and {needles}):\n{p.stdout[-3000:]}")
+    line = next((l for l in p.stdout.splitlines() if needles[-1] in l), "")
+    print(f"refused (exit 2): {line.strip()[:200]}")
+
+
+def patch_word_fletcher32_misses(path, dataset, value):
+    """Turns bytes 2-3 of the int64 `value` in the dataset's only chunk from 00 00 into FF FF in place."""
+    with h5py.File(path, "r") as f:
+        offset = f[dataset].id.get_chunk_info(0).byte_offset
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        assert f.read(8) == value.to_bytes(8, "little"), f"{dataset} does not hold {value} at byte {offset}"
+        f.seek(offset + 2)
+        f.write(b"\xff\xff")
+
+
+def check_damaged_counters(hpctrain, ckpt, work, resume_args):
+    """Each tampered copy passes the checksums (h5py rewrote them, or the change is one Fletcher32
+    misses) and must still be refused by inspect and by a resume."""
+    step_key = next(k for k in h5py.File(ckpt, "r")["optimizer/step"].keys())
+    cases = [
+        ("root_step", lambda f: f.attrs.modify("step", np.int64(31)), "root attribute step = 31 but /state/step = 30"),
+        # A 16-bit word 0x0000 -> 0xFFFF written into the file's bytes, the stored checksum left as
+        # it was: Fletcher32 (sums modulo 65535) cannot see it, the counter check must.
+        ("state_step", None, f"/state/step = {30 + (0xFFFF << 16)}"),
+        ("optimizer_step", lambda f: f[f"optimizer/step/{step_key}"].__setitem__((), 99),
+         f"'optimizer/step/{step_key}' = 99 is not a step count between 0 and the training step 30"),
+    ]
+    for name, change, needle in cases:
+        bad = os.path.join(work, f"damaged-{name}.h5")
+        shutil.copy(ckpt, bad)
+        if change is None:
+            patch_word_fletcher32_misses(bad, "state/step", 30)
+        else:
+            with h5py.File(bad, "r+") as f:
+                change(f)
+        expect_refused([hpctrain, "inspect", bad], "checksums: OK", "counters: DAMAGED", bad, needle)
+        expect_refused([hpctrain, "train", *resume_args, "--set", f"train.output_dir={work}/resume-{name}",
+                        "--set", "train.max_steps=31", "--resume-from", bad], bad, needle)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hpctrain", required=True)
@@ -79,11 +126,11 @@ def main():
     torch.set_num_threads(1)
     data = os.path.join(work, "lm.h5")
     run([a.hpctrain, "prepare", "--input", FORTUNES, "--output", data, "--val-fraction", "0.1"])
-    run([a.hpctrain, "train", "--set", f"data.path={data}", "--set", f"train.output_dir={work}/run",
-         "--set", "model.n_layer=2", "--set", "model.d_model=64", "--set", "model.n_head=4",
-         "--set", "model.seq_len=64", "--set", "train.micro_batch_size=8", "--set", "train.max_steps=30",
-         "--set", "train.lr=3e-3", "--set", "train.threads=1", "--set", "train.device=cpu",
-         "--set", "train.peak_flops=1e12", "--set", "eval.strategy=no"])
+    train_args = ["--set", f"data.path={data}", "--set", "model.n_layer=2", "--set", "model.d_model=64",
+                  "--set", "model.n_head=4", "--set", "model.seq_len=64", "--set", "train.micro_batch_size=8",
+                  "--set", "train.lr=3e-3", "--set", "train.threads=1", "--set", "train.device=cpu",
+                  "--set", "train.peak_flops=1e12", "--set", "eval.strategy=no"]
+    run([a.hpctrain, "train", *train_args, "--set", f"train.output_dir={work}/run", "--set", "train.max_steps=30"])
     ckpt = os.path.join(work, "run", "checkpoints", "ckpt-00000030.h5")
     out = run([a.hpctrain, "eval", "--checkpoint", ckpt, "--set", "eval.max_batches=0"])
     m = re.search(r"eval_loss ([0-9.]+)", out)
@@ -106,6 +153,7 @@ def main():
           f"difference {abs(ours - ref):.2e}")
     assert step == 30
     assert math.isfinite(ref) and abs(ours - ref) <= 2e-6 + 1e-5 * abs(ref), "validation losses differ"
+    check_damaged_counters(a.hpctrain, ckpt, work, train_args)
     if a.work is None:
         shutil.rmtree(work, ignore_errors=True)
     print("PASS(checkpoint_interop)")

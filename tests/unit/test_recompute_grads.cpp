@@ -143,28 +143,33 @@ TEST(RecomputeGradsEdge, AutogradGradWithRespectToParamsAndInput) {
   EXPECT_TRUE(torch::equal(gx_ref, gx_rec));
 }
 
+// The forward under CPU bf16 autocast on a seeded batch, then backward outside the autocast scope
+// (as the trainer does); returns the loss.
+double bf16_loss_and_backward(model::Gpt& m) {
+  torch::manual_seed(9);
+  Batch b = make_batch(5);
+  torch::Tensor loss;
+  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  try {
+    loss = model::lm_loss(m->lm_logits(b.ids), b.targets);
+  } catch (...) {
+    at::autocast::set_autocast_enabled(at::kCPU, false);
+    throw;
+  }
+  at::autocast::set_autocast_enabled(at::kCPU, false);
+  at::autocast::clear_cache();
+  loss.backward();
+  return loss.item<double>();
+}
+
 // Autocast is replayed: the backward runs outside the autocast scope, yet the recompute must
 // compute in bf16 as the forward did.
 TEST(RecomputeGradsEdge, AutocastStateIsReplayed) {
   auto ref = make_model(tiny_options());
   auto rec = make_model(tiny_options());
   apply(rec, policy("full"));
-  for (auto* m : {&ref, &rec}) {
-    torch::manual_seed(9);
-    Batch b = make_batch(5);
-    torch::Tensor loss;
-    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
-    at::autocast::set_autocast_enabled(at::kCPU, true);
-    try {
-      loss = model::lm_loss((*m)->lm_logits(b.ids), b.targets);
-    } catch (...) {
-      at::autocast::set_autocast_enabled(at::kCPU, false);
-      throw;
-    }
-    at::autocast::set_autocast_enabled(at::kCPU, false);
-    at::autocast::clear_cache();
-    loss.backward();
-  }
+  for (auto* m : {&ref, &rec}) bf16_loss_and_backward(*m);
   auto bad = differing_grads(ref, rec);
   EXPECT_TRUE(bad.empty()) << bad.size() << " differ, first " << (bad.empty() ? "" : bad[0]);
 }
@@ -180,23 +185,7 @@ TEST(RecomputeGradsEdge, SelectiveUnderAutocastMatchesTheStoredBf16Model) {
     opts.recompute_attention_core = !keep_attn;
     apply(rec, policy("selective"), opts);
     std::vector<double> losses;
-    for (auto* m : {&ref, &rec}) {
-      torch::manual_seed(9);
-      Batch b = make_batch(5);
-      torch::Tensor loss;
-      at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
-      at::autocast::set_autocast_enabled(at::kCPU, true);
-      try {
-        loss = model::lm_loss((*m)->lm_logits(b.ids), b.targets);
-      } catch (...) {
-        at::autocast::set_autocast_enabled(at::kCPU, false);
-        throw;
-      }
-      at::autocast::set_autocast_enabled(at::kCPU, false);
-      at::autocast::clear_cache();
-      loss.backward();
-      losses.push_back(loss.item<double>());
-    }
+    for (auto* m : {&ref, &rec}) losses.push_back(bf16_loss_and_backward(*m));
     EXPECT_EQ(losses[0], losses[1]);  // the same forward: the recompute changes only what is saved
     auto rp = ref->named_parameters();
     auto cp = rec->named_parameters();

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <torch/csrc/autograd/profiler_kineto.h>
+
 #include <algorithm>
 
 #include "comm/agree.h"
@@ -35,12 +37,41 @@ void PhaseClock::record(Phase phase, double start_s, double seconds) {
   if (trace_range_.contains(step_)) events_.push_back({phase, step_, start_s, seconds});
 }
 
-void PhaseClock::enable_trace(const std::string& path, config::StepRange range, int rank) {
+void PhaseClock::enable_trace(const std::string& path, const std::string& ops_path, config::StepRange range,
+                              int rank) {
   trace_range_ = range;
   trace_path_ = path;
+  ops_path_ = ops_path;
   rank_ = rank;
   trace_.open(path, std::ios::trunc);
   HT_REQUIRE(trace_.good(), ExitCode::kData, "log.trace_steps: cannot write the trace file {}", path);
+}
+
+namespace {
+namespace prof = torch::profiler::impl;
+// CPU operators only, without shapes, stacks or memory: the least overhead per operator.
+prof::ProfilerConfig op_profiler_config() { return prof::ProfilerConfig(prof::ProfilerState::KINETO); }
+}  // namespace
+
+void PhaseClock::set_step(int64_t step) {
+  step_ = step;
+  if (profiling_ || ops_path_.empty() || step != trace_range_.first) return;
+  const std::set<prof::ActivityType> cpu{prof::ActivityType::CPU};
+  torch::autograd::profiler::prepareProfiler(op_profiler_config(), cpu);
+  torch::autograd::profiler::enableProfiler(op_profiler_config(), cpu);
+  profiling_ = true;
+}
+
+void PhaseClock::count_step() {
+  ++steps_;
+  if (profiling_ && step_ >= trace_range_.last) stop_op_profile();
+}
+
+void PhaseClock::stop_op_profile() {
+  if (!profiling_) return;
+  profiling_ = false;
+  torch::autograd::profiler::disableProfiler()->save(ops_path_);
+  HT_INFO("operator profile of steps {}..{} written: {}", trace_range_.first, trace_range_.last, ops_path_);
 }
 
 PhaseSeconds PhaseClock::take(int64_t* steps) {
@@ -53,6 +84,7 @@ PhaseSeconds PhaseClock::take(int64_t* steps) {
 }
 
 void PhaseClock::finish_trace() {
+  stop_op_profile();
   if (!trace_.is_open()) return;
   nlohmann::json events = nlohmann::json::array();
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank_}, {"args", {{"name", "rank " + std::to_string(rank_)}}}});
@@ -95,12 +127,13 @@ void start_phase_trace(PhaseClock& clock, const config::Config& cfg, int64_t tot
   if (range.empty()) return;
   const std::string dir = cfg.train.output_dir + "/trace";
   const std::string path = fmt::format("{}/rank{}.json", dir, comm.rank());
+  const std::string ops_path = fmt::format("{}/rank{}.ops.json", dir, comm.rank());
   comm::run_agreed(comm, [&] {
     HT_REQUIRE(range.last <= total_steps, ExitCode::kUsage,
                "config key 'log.trace_steps': steps {}..{} are outside the run (steps 1..{})", range.first, range.last,
                total_steps);
     fs::ensure_writable_dir(dir, "log.trace_steps directory");
-    clock.enable_trace(path, range, comm.rank());
+    clock.enable_trace(path, ops_path, range, comm.rank());
   });
 }
 

@@ -1,6 +1,8 @@
 // Where a training step's time goes: wall time per phase (data wait, forward, backward,
 // communication, optimizer, evaluation, checkpoint), summed over a logging interval, and a Chrome
-// trace (trace-event JSON, viewable in Perfetto or chrome://tracing) of the steps log.trace_steps names.
+// trace (trace-event JSON, viewable in Perfetto or chrome://tracing) of the steps log.trace_steps names,
+// with an operator-level trace of the same steps from torch's profiler (the one torch.profiler
+// drives in Python, so jobs/bench/op_profile.py can set the two side by side).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -43,13 +45,15 @@ class PhaseClock {
   }
 
   // Steps in `range` are traced into `path` (opened now: an unwritable path is an error before
-  // training starts, naming it). pid in the trace = rank.
-  void enable_trace(const std::string& path, config::StepRange range, int rank);
-  // The optimizer step now running (1-based), for the trace.
-  void set_step(int64_t step) { step_ = step; }
+  // training starts, naming it), their operators into `ops_path`. pid in the trace = rank.
+  void enable_trace(const std::string& path, const std::string& ops_path, config::StepRange range, int rank);
+  // The optimizer step now running (1-based), for the trace; the operator profile starts with the
+  // first traced step.
+  void set_step(int64_t step);
   // Seconds per phase since the last take(), and the number of steps they cover; resets both.
   PhaseSeconds take(int64_t* steps);
-  void count_step() { ++steps_; }
+  // The step is done; the operator profile ends with the last traced step.
+  void count_step();
   // Writes the trace file (once the traced range has passed, or at the end of the run).
   void finish_trace();
 
@@ -70,6 +74,9 @@ class PhaseClock {
   std::ofstream trace_;
   std::vector<Event> events_;
   int rank_ = 0;
+  std::string ops_path_;
+  bool profiling_ = false;
+  void stop_op_profile();
 };
 
 // Mean seconds per step of each phase over a logging interval: this rank's, and the minimum,

@@ -12,6 +12,8 @@ With eval.strategy = steps it also evaluates every eval.every_steps steps (the a
 local SGD variants, computed on a copy: the training goes on unchanged) on the same seeded subset as
 hpctrain, outside the step timing, and stops at the first evaluation at or below
 train.target_eval_loss (> 0), as hpctrain does: time-to-quality runs.
+--profile-steps A:B records steps A..B (1-based, the syntax of hpctrain's log.trace_steps) with torch.profiler (CPU operators) into
+<out>/trace/rank<r>.ops.json, the format of hpctrain's log.trace_steps operator profile.
 """
 import argparse
 import contextlib
@@ -166,6 +168,7 @@ class Run:
                                    0.0)
         with local_sgd as lsgd:
             for step in range(self.total):
+                self.profile(step + 1)
                 before = dict(self.phase)
                 t0 = time.perf_counter()
                 lr = lr_at(t, step, self.total)
@@ -206,6 +209,7 @@ class Run:
                     metrics.write(json.dumps(line) + "\n")
                     metrics.flush()
                 lines.append(line)
+                self.profile_done(step + 1)
                 if self.periodic_eval(step + 1, metrics):
                     break
         ls = self.cfg["local_sgd"]
@@ -216,6 +220,20 @@ class Run:
         if metrics:
             metrics.close()
         return lines
+
+    def profile(self, step):
+        """Starts torch.profiler at the first step of --profile-steps (same span as hpctrain's)."""
+        if self.args.profile_steps and step == self.args.profile_steps[0]:
+            from torch.profiler import ProfilerActivity, profile
+            self.profiler = profile(activities=[ProfilerActivity.CPU])
+            self.profiler.__enter__()
+
+    def profile_done(self, step):
+        if getattr(self, "profiler", None) is not None and step >= self.args.profile_steps[1]:
+            self.profiler.__exit__(None, None, None)
+            os.makedirs(os.path.join(self.args.out, "trace"), exist_ok=True)
+            self.profiler.export_chrome_trace(os.path.join(self.args.out, "trace", f"rank{self.rank}.ops.json"))
+            self.profiler = None
 
     def periodic_eval(self, step, metrics):
         """Evaluation every eval.every_steps steps (strategy steps); True when the target is reached."""
@@ -323,6 +341,13 @@ class Run:
             dist.destroy_process_group()
 
 
+def step_range(text):
+    a, sep, b = text.partition(":")
+    if not sep or not a.isdigit() or not b.isdigit() or not 1 <= int(a) <= int(b):
+        raise argparse.ArgumentTypeError(f"--profile-steps wants A:B with 1 <= A <= B, got {text!r}")
+    return int(a), int(b)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m hpctrain_ref.train_ref", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -338,6 +363,8 @@ def main(argv=None):
     p.add_argument("--save-params", help="write the final parameters (/model/<name>) to this HDF5 file")
     p.add_argument("--ddp-count-hook", action="store_true",
                    help="ddp: route buckets through a counting Python comm hook instead of computing the bytes")
+    p.add_argument("--profile-steps", type=step_range, default=None,
+                   help="A:B: torch.profiler over steps A..B into <out>/trace/rank<r>.ops.json")
     args = p.parse_args(argv)
     try:
         Run(args).run()

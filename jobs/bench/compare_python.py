@@ -141,7 +141,8 @@ def run_theirs(a, name, cfg, variant, overrides, recompute, bf16=False, timeout=
         cmd += ["--profile-steps", f"{a.profile[0]}:{a.profile[1]}"]
     os.makedirs(out, exist_ok=True)
     sh(cmd, out + ".log", base_env(), timeout)
-    steps = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
+    rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
+    steps = [r for r in rows if "loss" in r and "step" in r]  # its periodic evaluations log lines of their own
     summaries = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(out, "summary-rank*.json")))]
     r = collect(steps, summaries[0]["val_loss"] if summaries else None,
                 [s["peak_rss_bytes"] for s in summaries], None, a)

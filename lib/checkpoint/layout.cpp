@@ -3,7 +3,6 @@
 #include <torch/version.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <thread>
@@ -324,46 +323,9 @@ Scan scan_file(const std::string& path, bool stop_at_first) {
   return out;
 }
 
-namespace {
-
-// The counters of a training state bound each other: the root attribute step (attributes carry no
-// checksum) equals /state/step, the counts are non-negative (the global batch at least 1), and each optimizer step count lies in
-// [0, step] (the optimizer steps at most once per training step). A damaged value that the
-// checksums miss (Fletcher32 cannot tell a 16-bit word 0x0000 from 0xFFFF) is refused here, so a
-// resume falls back to an older file instead of continuing from it.
-void check_counters(const std::string& path, const FileContents& c) {
-  const auto& ints = c.shared.ints;
-  const auto step = ints.find("step");
-  if (step == ints.end()) return;  // a model-only snapshot
-  HT_REQUIRE(step->second == c.shared.step, ExitCode::kData,
-             "{}: the root attribute step = {} but /state/step = {}: one of them is damaged", path, c.shared.step,
-             step->second);
-  for (const char* key : {"tokens_seen", "global_batch", "loader/epoch", "loader/samples_consumed"}) {
-    const auto it = ints.find(key);
-    HT_REQUIRE(it == ints.end() || it->second >= (key == std::string("global_batch") ? 1 : 0), ExitCode::kData,
-               "{}: /state/{} = {} is out of range (damaged file)", path, key, it == ints.end() ? 0 : it->second);
-  }
-  const std::string steps = kOptimizerPrefix + "step/";
-  auto check_steps = [&](const TensorMap& m) {
-    for (const auto& [key, t] : m) {
-      if (key.rfind(steps, 0) != 0 || t.numel() != 1) continue;
-      const double n = t.to(torch::kFloat64).item<double>();
-      HT_REQUIRE(std::isfinite(n) && n >= 0 && n == std::floor(n) && n <= static_cast<double>(step->second),
-                 ExitCode::kData,
-                 "{}: '{}' = {} is not a step count between 0 and the training step {} (damaged file)", path, key, n,
-                 step->second);
-    }
-  };
-  check_steps(c.shared.tensors);
-  for (const TensorMap& m : c.per_rank) check_steps(m);
-}
-
-}  // namespace
-
 FileContents read_contents(const std::string& path) {
   Scan s = scan_file(path, true);
   HT_REQUIRE(s.faults.empty(), ExitCode::kData, "{}: {}", path, s.faults.front());
-  check_counters(path, s.contents);
   return std::move(s.contents);
 }
 

@@ -35,8 +35,7 @@ struct Scan {
 // Reads everything it can. stop_at_first: return at the first fault. Never throws for damage
 // inside the file; throws ht::Error(kData) only if the file cannot be opened at all.
 Scan scan_file(const std::string& path, bool stop_at_first);
-// Strict read: throws ht::Error(kData) "<path>: <first fault>" if anything fails to verify, or if
-// the training counters disagree (root step vs /state/step, an optimizer step count above it).
+// Strict read: throws ht::Error(kData) "<path>: <first fault>" if anything fails to verify.
 FileContents read_contents(const std::string& path);
 // The root attribute run_id of a checkpoint file; "" when absent or unreadable.
 std::string run_id_of(const std::string& path);

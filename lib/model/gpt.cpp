@@ -57,7 +57,7 @@ torch::Tensor CausalSelfAttentionImpl::forward_cached(const torch::Tensor& x, to
   return out_proj(y.transpose(1, 2).contiguous().view({B, T, C}));
 }
 
-torch::Tensor CausalSelfAttentionImpl::out_proj(const torch::Tensor& y) { return resid_drop->forward(proj->forward(y)); }
+torch::Tensor CausalSelfAttentionImpl::out_proj(const torch::Tensor& y) { return resid_drop->forward(linear(proj, y)); }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) { return out_proj(attend(qkv_proj(x))); }
 
@@ -68,7 +68,7 @@ MlpImpl::MlpImpl(const GptOptions& o) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  return drop->forward(proj->forward(torch::gelu(fc->forward(x), "tanh")));
+  return drop->forward(linear(proj, torch::gelu(linear(fc, x), "tanh")));
 }
 
 BlockImpl::BlockImpl(const GptOptions& o) {
@@ -136,7 +136,7 @@ torch::Tensor GptImpl::hidden(const torch::Tensor& ids) {
 }
 
 torch::Tensor GptImpl::lm_logits(const torch::Tensor& ids) {
-  return torch::nn::functional::linear(hidden(ids), wte->weight);  // tied head
+  return at::linear(hidden(ids), wte->weight);  // tied head
 }
 
 torch::Tensor GptImpl::lm_logits_cached(const torch::Tensor& ids, KvCache& cache) {
@@ -150,7 +150,7 @@ torch::Tensor GptImpl::lm_logits_cached(const torch::Tensor& ids, KvCache& cache
   auto pos = torch::arange(past, past + T, torch::TensorOptions().dtype(torch::kLong).device(ids.device()));
   auto x = emb_drop->forward(wte->forward(ids) + wpe->forward(pos));
   for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward_cached(x, cache.k[i], cache.v[i]);
-  return torch::nn::functional::linear(ln_f->forward(x), wte->weight);
+  return at::linear(ln_f->forward(x), wte->weight);
 }
 
 torch::Tensor GptImpl::class_logits(const torch::Tensor& ids, const torch::Tensor& mask) {
@@ -158,7 +158,7 @@ torch::Tensor GptImpl::class_logits(const torch::Tensor& ids, const torch::Tenso
   auto h = hidden(ids);
   auto m = mask.to(h.dtype()).unsqueeze(-1);
   auto pooled = (h * m).sum(1) / m.sum(1).clamp_min(1.0);
-  return cls_head->forward(pooled);
+  return linear(cls_head, pooled);
 }
 
 double GptImpl::flops_per_token(int64_t seq_len) const {

@@ -35,12 +35,20 @@ struct KvCache {
   int64_t length() const { return k.empty() ? 0 : k.front().size(2); }
 };
 
+// x through a Linear module as PyTorch's Python nn.Linear computes it (ATen's linear: the bias folded
+// into one GEMM, addmm on the flattened input). The C++ frontend's own Linear::forward runs a 3-D
+// input as matmul followed by an in-place bias add: a second pass over the output, and under bf16
+// autocast an fp32 bias added into the bf16 output with a conversion each time.
+inline torch::Tensor linear(const torch::nn::Linear& l, const torch::Tensor& x) {
+  return at::linear(x, l->weight, l->bias);
+}
+
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   explicit CausalSelfAttentionImpl(const GptOptions& o);
   torch::Tensor forward(const torch::Tensor& x);
   // The pieces, for recompute policies that keep some outputs and recompute others.
-  torch::Tensor qkv_proj(const torch::Tensor& x) { return qkv->forward(x); }
+  torch::Tensor qkv_proj(const torch::Tensor& x) { return linear(qkv, x); }
   torch::Tensor attend(const torch::Tensor& qkv_out);  // SDPA, heads merged back: [B, T, C]
   torch::Tensor out_proj(const torch::Tensor& y);       // projection + residual dropout
   // x holds only the new positions; their keys/values are appended to k/v (empty = none yet).

@@ -4,6 +4,7 @@
 #include "config/config.h"
 #include "model/gpt.h"
 #include "train/optimizer/optimizer.h"
+#include "train/train_state.h"
 
 namespace ht::train {
 
@@ -12,10 +13,11 @@ std::string inspect_checkpoint(const std::string& path, bool* ok) {
   std::string out = checkpoint::describe(path, &verified);
   *ok = verified;
   if (!verified) return out;
-  // The strict read also checks the training counters against each other (checksums cannot).
+  // The training counters against each other: damage the checksums cannot see.
   checkpoint::Snapshot snap;
   try {
     snap = checkpoint::read_file(path);
+    check_counters(snap);
     out += "counters: consistent (root step = /state/step, optimizer step counts within it)\n";
   } catch (const std::exception& e) {
     out += std::string("counters: DAMAGED: ") + e.what() + "\n";

@@ -4,6 +4,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <unordered_map>
 
@@ -155,8 +156,33 @@ void check_same_data(const checkpoint::Snapshot& snap, const std::string& identi
 
 }  // namespace
 
+void check_counters(const checkpoint::Snapshot& snap) {
+  const auto step = snap.ints.find("step");
+  if (step == snap.ints.end()) return;  // not a training state; restore_state names what it lacks
+  HT_REQUIRE(step->second == snap.step, ExitCode::kData,
+             "checkpoint {}: the root attribute step = {} but /state/step = {}: one of them is damaged", snap.path,
+             snap.step, step->second);
+  for (const char* key : {"tokens_seen", "global_batch", "loader/epoch", "loader/samples_consumed"}) {
+    const auto it = snap.ints.find(key);
+    HT_REQUIRE(it == snap.ints.end() || it->second >= (key == std::string("global_batch") ? 1 : 0), ExitCode::kData,
+               "checkpoint {}: /state/{} = {} is out of range (damaged file)", snap.path, key,
+               it == snap.ints.end() ? 0 : it->second);
+  }
+  const std::string steps = checkpoint::kOptimizerPrefix + "step/";
+  for (const auto* m : {&snap.tensors, &snap.per_rank})
+    for (const auto& [key, t] : *m) {
+      if (key.rfind(steps, 0) != 0 || t.numel() != 1) continue;
+      const double n = t.to(torch::kFloat64).item<double>();
+      HT_REQUIRE(std::isfinite(n) && n >= 0 && n == std::floor(n) && n <= static_cast<double>(step->second),
+                 ExitCode::kData,
+                 "checkpoint {}: '{}' = {} is not a step count between 0 and the training step {} (damaged file)",
+                 snap.path, key, n, step->second);
+    }
+}
+
 void restore_state(const StateRefs& refs, Counters& counters, const checkpoint::Snapshot& snap, int world_size,
                    const std::string& dataset_identity, bool allow_dataset_change) {
+  check_counters(snap);
   auto get = [&](const std::string& k) {
     auto it = snap.ints.find(k);
     HT_REQUIRE(it != snap.ints.end(), ExitCode::kData, "checkpoint lacks '{}'", k);

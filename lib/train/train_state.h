@@ -46,6 +46,14 @@ checkpoint::Snapshot capture_state(const StateRefs& refs, const Counters& counte
 void restore_state(const StateRefs& refs, Counters& counters, const checkpoint::Snapshot& snap, int world_size,
                    const std::string& dataset_identity, bool allow_dataset_change);
 
+// The counters of a training state bound each other: the root attribute step (attributes carry no
+// checksum) equals /state/step, the counts are non-negative (the global batch at least 1), and each
+// optimizer step count (shared or this rank's) lies in [0, step]: the optimizer steps at most once
+// per training step. A damaged value that the checksums miss (Fletcher32 cannot tell a 16-bit word
+// 0x0000 from 0xFFFF) is refused: ht::Error(kData) naming the file and the counter. restore_state
+// and `inspect` call it.
+void check_counters(const checkpoint::Snapshot& snap);
+
 // The CPU generator's state as a uint8 tensor (CUDA devices' generators are captured the same way).
 torch::Tensor cpu_rng_state();
 void set_cpu_rng_state(const torch::Tensor& state);

@@ -180,6 +180,9 @@ def plan(a):
                 out += [(f"dp, {tag}", "ours",
                          lambda n, o=ours_rc: run_ours(a, n, a.cfg, o + ["local_sgd.enabled=false"])),
                         (f"dp, {tag}", "torch DDP", lambda n, rc=rc, b=bf16: run_theirs(a, n, a.cfg, "ddp", [], rc, b))]
+                if a.overlap:  # DDP overlaps its all-reduce with backward; this is ours doing the same
+                    out.append((f"dp, {tag}", "ours overlapped", lambda n, o=ours_rc: run_ours(
+                        a, n, a.cfg, o + ["local_sgd.enabled=false", "local_sgd.overlap_grad_allreduce=true"])))
                 if a.zero1:  # the ratio column reads: unsharded tokens/s over sharded = sharded step time / unsharded
                     out.append((f"dp, {tag}", "ours ZeRO-1", lambda n, o=ours_rc: run_ours(
                         a, n, a.cfg, o + ["local_sgd.enabled=false", "train.shard_optimizer=true"])))
@@ -274,6 +277,9 @@ def main():
     p.add_argument("--vocab-size", type=int, default=0, help="model.vocab_size (0: the dataset's; larger: unused rows)")
     p.add_argument("--modes", default="dp,local", help="dp,local | dp | local")
     p.add_argument("--zero1", action="store_true", help="also ours with train.shard_optimizer = true (dp rows)")
+    p.add_argument("--overlap", action="store_true",
+                   help="also ours with local_sgd.overlap_grad_allreduce = true (dp rows: buckets all-reduced during "
+                        "backward, as DDP does)")
     p.add_argument("--profile", metavar="A:B",
                    help="operator profiles of steps A..B (within the warm-up steps, so the timed steps carry no "
                         "profiler overhead) on both sides, set side by side per configuration (op_profile.py)")

@@ -37,6 +37,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import run_report as rep  # noqa: E402  (reaches, TARGET_TOLERANCE)
 import scaling_emulate as se  # noqa: E402  (the emulated cluster, the reference runs, init weights)
 
 LSGD = ["local_sgd.enabled=true"]
@@ -87,7 +88,7 @@ grad_clip = 1.0
 threads = 1
 seed = 42
 device = "cpu"
-target_eval_loss = {target}
+target_eval_loss = {target_stop}
 [eval]
 strategy = "steps"
 every_steps = {eval_every}
@@ -162,7 +163,7 @@ def write_config(a, name, seed, steps, target):
     with open(path, "w") as f:
         f.write(BASE.format(data=a.data, seed=seed, steps=steps, n_layer=a.n_layer, d_model=a.d_model,
                             seq_len=a.seq_len, micro_batch=a.micro_batch, lr=a.lr, lr_warmup=a.lr_warmup,
-                            target=target, eval_every=a.eval_every, eval_batches=a.eval_batches))
+                            target_stop=target + rep.TARGET_TOLERANCE if target else 0.0, eval_every=a.eval_every, eval_batches=a.eval_batches))
     return path
 
 
@@ -232,7 +233,7 @@ def summarize(rows, target, wire, wall, stopped):
     by_step = {r["step"]: r for r in steps}
     s = {"cum": cum, "evals": evals, "wire": wire, "wall": wall, "stopped_by_budget": stopped,
          "steps": len(steps), "train_s": t}
-    hit = next(((st, l) for st, l, _ in evals if target and l <= target), None)
+    hit = next(((st, l) for st, l, _ in evals if target and rep.reaches(l, target)), None)
     if hit:
         r = by_step.get(hit[0], {})
         s.update(tts=cum.get(hit[0]), tts_step=hit[0],

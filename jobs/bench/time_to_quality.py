@@ -9,8 +9,9 @@ own eval loss at step --target-step, on the emulated cluster (jobs/cluster/emula
 Per (link, seed): PyTorch DDP (tests/python/hpctrain_ref, torchrun per node, gloo) trains --target-step
 steps; its eval loss there is the target and its time to the target is its training time to that
 step. Every other mode then trains with the same model, initial weights, data order (data.seed =
-seed) and learning rate until an evaluation is at or below the target (hpctrain:
-train.target_eval_loss; the reference variants: the same key) or until its training time exceeds
+seed) and learning rate until an evaluation is at or below the target, within
+run_report.TARGET_TOLERANCE (1e-4: a mode that retraces DDP's steps matches its loss only to the 6th
+digit) (hpctrain: train.target_eval_loss; the reference variants: the same key) or until its training time exceeds
 --budget x DDP's time (then "not reached"). The learning rate is constant after a linear warmup
 (train.lr_schedule = constant), so where a mode stops does not change its schedule. Evaluations
 (every --eval-every steps, on the whole seeded --eval-batches subset of the validation split, the

@@ -330,7 +330,7 @@ def main():
     for i in range(a.pairs):
         for conf, side, runner in plan(a):
             r = results.setdefault((conf, side), {"runs": [], "errors": []})
-            name = re.sub(r"[^a-z0-9]+", "-", f"{conf}-{side}-{i}".lower())
+            name = run_name(conf, side, i)
             try:
                 r["runs"].append(runner(name))
                 print(f"[pair {i + 1}/{a.pairs}] {conf} | {side}: {r['runs'][-1]['tokens_per_s']:.0f} tokens/s",
@@ -356,6 +356,11 @@ def write_report(a, results, started, progress):
     return text
 
 
+def run_name(conf, side, pair):
+    """The directory name of one run under <out>/runs (also where its trace is found)."""
+    return re.sub(r"[^a-z0-9]+", "-", f"{conf}-{side}-{pair}".lower())
+
+
 def profile_report(a):
     """Per configuration: rank 0's operator profile of ours beside each reference side (last pair)."""
     steps = a.profile[1] - a.profile[0] + 1
@@ -365,8 +370,7 @@ def profile_report(a):
     for conf, side, _ in plan(a):
         confs.setdefault(conf, []).append(side)
     for conf, sides in confs.items():
-        trace = lambda side: os.path.join(a.out, "runs", re.sub(r"[^a-z0-9]+", "-", f"{conf}-{side}-{a.pairs - 1}".lower()),
-                                          "trace", "rank0.ops.json")
+        trace = lambda side: os.path.join(a.out, "runs", run_name(conf, side, a.pairs - 1), "trace", "rank0.ops.json")
         for side in sides[1:]:
             if side.startswith("ours") or not (os.path.exists(trace("ours")) and os.path.exists(trace(side))):
                 continue

@@ -162,9 +162,11 @@ void check_counters(const checkpoint::Snapshot& snap) {
   HT_REQUIRE(step->second == snap.step, ExitCode::kData,
              "checkpoint {}: the root attribute step = {} but /state/step = {}: one of them is damaged", snap.path,
              snap.step, step->second);
-  for (const char* key : {"tokens_seen", "global_batch", "loader/epoch", "loader/samples_consumed"}) {
+  const std::pair<const char*, int64_t> least[] = {
+      {"tokens_seen", 0}, {"global_batch", 1}, {"loader/epoch", 0}, {"loader/samples_consumed", 0}};
+  for (const auto& [key, min] : least) {
     const auto it = snap.ints.find(key);
-    HT_REQUIRE(it == snap.ints.end() || it->second >= (key == std::string("global_batch") ? 1 : 0), ExitCode::kData,
+    HT_REQUIRE(it == snap.ints.end() || it->second >= min, ExitCode::kData,
                "checkpoint {}: /state/{} = {} is out of range (damaged file)", snap.path, key,
                it == snap.ints.end() ? 0 : it->second);
   }

@@ -105,15 +105,21 @@ def sync_stats(steps, warmup):
     return {"syncs": syncs, "sync_s": d["comm_seconds"] / syncs, "bytes_per_sync": d["bytes_sent"] / syncs}
 
 
+def output_lines(path):
+    """The lines of a job's output file (undecodable bytes replaced); [] when it cannot be read."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
 ERROR_RE = re.compile(r"\[error\]\s*(?:\[rank \d+\]\s*)?(.*)")
 
 
 def error_message(output_path):
     """The first `[error]` line of a job's output (hpctrain's one-line error), else its last 'error:' line."""
-    try:
-        lines = open(output_path, errors="replace").read().splitlines()
-    except OSError:
-        return None
+    lines = output_lines(output_path)
     for line in lines:
         m = ERROR_RE.search(line)
         if m:

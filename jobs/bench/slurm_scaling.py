@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cost_model as cm  # noqa: E402
 import run_report as rep  # noqa: E402
 import scaling_emulate as se  # noqa: E402  (sh, env_base, link_bits, venv_python, RunFailed)
-import time_to_quality as ttq  # noqa: E402  (MODES, BASE via write_config, resolve_modes, watch)
+import time_to_quality as ttq  # noqa: E402  (MODES, BASE via write_config and add_config_args, resolve_modes, watch)
 
 ROOT = se.ROOT
 REF_TASK = os.path.join(ROOT, "jobs", "slurm", "torch_ref_task.sh")
@@ -54,14 +54,8 @@ def parse(argv):
     p.add_argument("--target-step", type=int, default=16, help="DDP's eval loss at this step is the target")
     p.add_argument("--budget", type=float, default=1.5, help="stop a mode after this x DDP's training seconds")
     p.add_argument("--max-steps", type=int, default=0, help="step cap of the other modes (default 4 x target)")
-    p.add_argument("--eval-every", type=int, default=8)
-    p.add_argument("--eval-batches", type=int, default=4, help="0 = the whole validation split")
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--lr-warmup", type=int, default=4)
-    p.add_argument("--n-layer", type=int, default=2)
-    p.add_argument("--d-model", type=int, default=64)
-    p.add_argument("--seq-len", type=int, default=64)
-    p.add_argument("--micro-batch", type=int, default=8, help="samples per rank per step")
+    ttq.add_config_args(p, eval_batches=4, lr_warmup=4, n_layer=2, d_model=64, seq_len=64, micro_batch=8,
+                        micro_batch_help="samples per rank per step")
     p.add_argument("--seed", type=int, default=1, help="data.seed (data order)")
     p.add_argument("--device", default="cpu", help="hpctrain's train.device (the reference runs on CPU, gloo)")
     p.add_argument("--set", nargs="*", default=[], dest="sets", metavar="KEY=VALUE", help="every run, both sides")

@@ -74,6 +74,18 @@ def alternate(a, variants):
     return res
 
 
+def per_shape(a, key, values):
+    """Each shape at 2 ranks x 1 thread with `key` set to each of values, alternated:
+    {shape: {value: [result per pair]}}."""
+    res = {}
+    for shape, sets in SHAPES.items():
+        mb = 16 if shape == "demo" else 4
+        r = alternate(a, {f"{shape} {v}": (2, sets + [f"train.micro_batch_size={mb}", "train.threads=1", f"{key}={v}"],
+                                           a.steps, False) for v in values})
+        res[shape] = {v: r[f"{shape} {v}"] for v in values}
+    return res
+
+
 def med(rs, k):
     return statistics.median(r[k] for r in rs)
 
@@ -117,29 +129,18 @@ def main():
     if "optimizer" in only:
         lines += ["| shape | optimizer_impl | optimizer phase ms/step (clip + AdamW) | vs plain | tokens/s |",
                   "|---|---|---|---|---|"]
-        for shape, sets in SHAPES.items():
-            mb = 16 if shape == "demo" else 4
-            v = {f"{shape} {impl}": (2, sets + [f"train.micro_batch_size={mb}", "train.threads=1",
-                                                f"train.optimizer_impl={impl}"], a.steps, False)
-                 for impl in ("plain", "foreach", "fused")}
-            r = alternate(a, v)
-            plain = med(r[f"{shape} plain"], "optimizer_ms")
-            for impl in ("plain", "foreach", "fused"):
-                x = r[f"{shape} {impl}"]
+        for shape, r in per_shape(a, "train.optimizer_impl", ("plain", "foreach", "fused")).items():
+            plain = med(r["plain"], "optimizer_ms")
+            for impl, x in r.items():
                 lines.append(f"| {shape} | {impl} | {span(x, 'optimizer_ms', '{:.2f}')} | "
                              f"{med(x, 'optimizer_ms') / plain:.2f}x | {med(x, 'tokens_per_s'):.0f} |")
         lines.append("")
     if "bf16" in only:
         lines += ["| shape | autocast | tokens/s | bf16 / fp32 | MFU (vs the peak of the precision in use) |",
                   "|---|---|---|---|---|"]
-        for shape, sets in SHAPES.items():
-            mb = 16 if shape == "demo" else 4
-            v = {f"{shape} {ac}": (2, sets + [f"train.micro_batch_size={mb}", "train.threads=1",
-                                              f"train.autocast={ac}"], a.steps, False) for ac in ("none", "bf16")}
-            r = alternate(a, v)
-            fp32 = med(r[f"{shape} none"], "tokens_per_s")
-            for ac in ("none", "bf16"):
-                x = r[f"{shape} {ac}"]
+        for shape, r in per_shape(a, "train.autocast", ("none", "bf16")).items():
+            fp32 = med(r["none"], "tokens_per_s")
+            for ac, x in r.items():
                 lines.append(f"| {shape} | {ac} | {span(x, 'tokens_per_s')} | {med(x, 'tokens_per_s') / fp32:.2f}x | "
                              f"{100 * med(x, 'mfu'):.1f}% |")
         # Quality: the demo config's model and batch, 100 steps, full validation split at the end.

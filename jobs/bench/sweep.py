@@ -255,12 +255,8 @@ STAMP = re.compile(r"^\[(?:\w+ )?(\d\d):(\d\d):(\d\d)\]")
 
 def wall_seconds(out_path):
     """Seconds from the first to the last time stamp in a task's output (a midnight in between counts)."""
-    try:
-        lines = open(out_path, errors="replace").read().splitlines()
-    except OSError:
-        return None
     secs, day, prev = [], 0, None
-    for line in lines:
+    for line in rep.output_lines(out_path):
         m = STAMP.match(line)
         if m:
             s = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3))

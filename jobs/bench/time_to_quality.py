@@ -136,14 +136,7 @@ def parse(argv):
     p.add_argument("--target-step", type=int, default=64, help="DDP's eval loss at this step is the target")
     p.add_argument("--budget", type=float, default=1.5, help="stop a mode after this x DDP's time to target")
     p.add_argument("--max-steps", type=int, default=0, help="step cap for every mode (default 4 x --target-step)")
-    p.add_argument("--eval-every", type=int, default=8)
-    p.add_argument("--eval-batches", type=int, default=0, help="0 = the whole validation split")
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--lr-warmup", type=int, default=16)
-    p.add_argument("--n-layer", type=int, default=4)
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--micro-batch", type=int, default=16)
+    add_config_args(p)
     p.add_argument("--timeout", type=int, default=1800, help="seconds per run, start-up included")
     p.add_argument("--port", type=int, default=29690)
     p.add_argument("--nocomm-steps", type=int, default=24)
@@ -157,6 +150,20 @@ def parse(argv):
     a.max_steps = a.max_steps or 4 * a.target_step
     a.command = "jobs/bench/time_to_quality.py " + " ".join(argv)
     return a
+
+
+def add_config_args(p, *, eval_batches=0, lr_warmup=16, n_layer=4, d_model=128, seq_len=128, micro_batch=16,
+                    micro_batch_help=None):
+    """The options write_config reads besides --data, with the caller's defaults (slurm_scaling.py writes
+    its runs' configs through write_config too)."""
+    p.add_argument("--eval-every", type=int, default=8)
+    p.add_argument("--eval-batches", type=int, default=eval_batches, help="0 = the whole validation split")
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--lr-warmup", type=int, default=lr_warmup)
+    p.add_argument("--n-layer", type=int, default=n_layer)
+    p.add_argument("--d-model", type=int, default=d_model)
+    p.add_argument("--seq-len", type=int, default=seq_len)
+    p.add_argument("--micro-batch", type=int, default=micro_batch, help=micro_batch_help)
 
 
 def write_config(a, name, seed, steps, target):

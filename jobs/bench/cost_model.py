@@ -118,10 +118,11 @@ def bytes_per_value(dtype, block=64):
 
 
 def variant_of(sets):
-    """(N, F, tau, dtype, hierarchical) from a list of hpctrain --set overrides."""
+    """(N, F, tau, dtype, hierarchical) from a list of hpctrain --set overrides (N None: steps = auto)."""
     kv = dict(x.split("=", 1) for x in sets if "=" in x)
     lsgd = kv.get("local_sgd.enabled") == "true"
-    return (int(kv.get("local_sgd.steps", 8)) if lsgd else 1, int(kv.get("local_sgd.fragments", 1)),
+    steps = kv.get("local_sgd.steps", "8")
+    return ((None if steps == "auto" else int(steps)) if lsgd else 1, int(kv.get("local_sgd.fragments", 1)),
             int(kv.get("local_sgd.overlap_steps", 0)), kv.get("local_sgd.comm_dtype", "fp32") if lsgd else "fp32",
             "local_sgd.group_size" in kv)
 
@@ -147,6 +148,8 @@ def ttq_table(path, nocomm, params, link_bits, nodes):
         if kind != "ours" or not tts or not steps or r["link"] not in link_bits:
             continue
         N, F, tau, dtype, hier = variant_of(sets)
+        if N is None:
+            continue  # steps = auto: the N it chose is in the run's log, not in the CSV
         step, _ = variant_step(nocomm, params * 1.0, nodes, link_bits[r["link"]], N, F, tau, dtype)
         pred = steps * step
         err = (pred - tts) / tts

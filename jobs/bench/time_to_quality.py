@@ -51,6 +51,9 @@ MODES = {
     "dp-overlap": ("ours", ["local_sgd.enabled=false", "local_sgd.overlap_grad_allreduce=true"], 1),
     "lsgd8": ("ours", LSGD + ["local_sgd.steps=8"], 8),
     "lsgd16": ("ours", LSGD + ["local_sgd.steps=16"], 16),
+    "lsgd32": ("ours", LSGD + ["local_sgd.steps=32"], 32),
+    "lsgd64": ("ours", LSGD + ["local_sgd.steps=64"], 64),
+    "lsgd-auto": ("ours", LSGD + ["local_sgd.steps=auto"], 0),  # N chosen at start (lib/train/auto_local_steps.h)
     "lsgd8-i8": ("ours", LSGD + ["local_sgd.steps=8", "local_sgd.comm_dtype=int8"], 8),
     "lsgd8-i4": ("ours", LSGD + ["local_sgd.steps=8", "local_sgd.comm_dtype=int4"], 8),
     "stream8-i4": ("ours", LSGD + ["local_sgd.steps=8", "local_sgd.fragments=2", "local_sgd.overlap_steps=1",
@@ -228,7 +231,17 @@ def run_mode(a, mode, name, seed, target, budget_s, steps):
     if bad:
         raise se.RunFailed(f"exit {bad} (logs {out}*.log)")
     rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
-    return summarize(rows, target, wire, wall, stopped)
+    s = summarize(rows, target, wire, wall, stopped)
+    if kind == "ours" and "local_sgd.steps=auto" in what:
+        s["chosen_n"] = chosen_local_steps(out)
+    return s
+
+
+def chosen_local_steps(run_dir):
+    """The N that local_sgd.steps = auto chose: the run's resolved config.toml stores the number."""
+    import tomllib
+    with open(os.path.join(run_dir, "config.toml"), "rb") as f:
+        return tomllib.load(f)["local_sgd"]["steps"]
 
 
 def summarize(rows, target, wire, wall, stopped):
@@ -305,8 +318,10 @@ def report(a, results, started, nocomm):
             at = [x for x in at if x is not None]
             cb = tts / (steps * nocomm[link]) if tts and steps and nocomm.get(link) else None
             note = "" if len(reached) == len(ok) else f" (reached in {len(reached)} of {len(ok)} seeds)"
+            chosen = [str(p["chosen_n"]) for p in ok if p.get("chosen_n")]
+            label = f"{mode} (N = {', '.join(chosen)})" if chosen else mode
             lines.append(
-                f"| {link} | {mode} | {fmt(tts)}{note} | {fmt(statistics.mean(ratios), '{:.2f}x') if ratios else '-'} | "
+                f"| {link} | {label} | {fmt(tts)}{note} | {fmt(statistics.mean(ratios), '{:.2f}x') if ratios else '-'} | "
                 f"{fmt(steps, '{:.0f}')} | {fmt(mb, '{:.2f}')} | {fmt(statistics.mean(bratio), '{:.0f}x') if bratio else '-'} | "
                 f"{fmt(statistics.mean(at), '{:.4f}') if at else '-'} | {fmt(cb, '{:.2f}')} | "
                 f"{fmt(statistics.median(p['stderr'] for p in ok if p.get('stderr')), '{:.4f}') if any(p.get('stderr') for p in ok) else '-'} |")

@@ -42,6 +42,27 @@ struct Codec<int64_t> {
   static std::string literal(int64_t v) { return std::to_string(v); }
 };
 
+// A count that may also be "auto" (local_sgd.steps): stored as LocalSgdConfig::kAutoSteps (0), which
+// no count takes, and printed back as "auto".
+struct CountOrAutoCodec {
+  static const char* type() { return "int >= 1 | auto"; }
+  static int64_t from_toml(const std::string& key, const toml::node& n) {
+    if (n.is_string() && n.as_string()->get() == "auto") return LocalSgdConfig::kAutoSteps;
+    if (!n.is_integer()) bad(key, "expected an integer >= 1 or \"auto\"");
+    return checked(key, n.as_integer()->get());
+  }
+  static int64_t from_text(const std::string& key, const std::string& s) {
+    return s == "auto" ? LocalSgdConfig::kAutoSteps : checked(key, Codec<int64_t>::from_text(key, s));
+  }
+  static std::string literal(int64_t v) { return v == LocalSgdConfig::kAutoSteps ? "\"auto\"" : std::to_string(v); }
+
+ private:
+  static int64_t checked(const std::string& key, int64_t v) {
+    if (v < 1) bad(key, fmt::format("{} is not a count >= 1 (or \"auto\")", v));
+    return v;
+  }
+};
+
 template <>
 struct Codec<double> {
   static const char* type() { return "float"; }

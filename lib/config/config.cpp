@@ -28,18 +28,21 @@ struct Key {
   std::function<std::string(const Config&)> literal;  // the value as a TOML literal
 };
 
-template <typename Section, typename T>
+// C: how the field is read and printed; a key with a special literal (local_sgd.steps = "auto") names
+// its own codec, every other key uses its type's.
+template <typename C = void, typename Section, typename T>
 Key make_key(std::string name, Section Config::*section, T Section::*field, std::string help) {
+  using Co = std::conditional_t<std::is_void_v<C>, Codec<T>, C>;
   Key k;
-  k.type = Codec<T>::type();
+  k.type = Co::type();
   k.help = std::move(help);
   k.set_toml = [name, section, field](Config& c, const toml::node& n) {
-    (c.*section).*field = Codec<T>::from_toml(name, n);
+    (c.*section).*field = Co::from_toml(name, n);
   };
   k.set_text = [name, section, field](Config& c, const std::string& s) {
-    (c.*section).*field = Codec<T>::from_text(name, s);
+    (c.*section).*field = Co::from_text(name, s);
   };
-  k.literal = [section, field](const Config& c) { return Codec<T>::literal((c.*section).*field); };
+  k.literal = [section, field](const Config& c) { return Co::literal((c.*section).*field); };
   k.name = std::move(name);
   return k;
 }
@@ -125,7 +128,10 @@ const std::vector<Key>& keys() {
              "selective: recompute the attention core too (scores, softmax, dropout; saves its s^2 memory) "
              "or keep its outputs (false: cheaper, saves less)"),
       HT_KEY(local_sgd, enabled, "local SGD; false = per-step gradient all-reduce"),
-      HT_KEY(local_sgd, steps, "local optimizer steps between parameter averages"),
+      make_key<detail::CountOrAutoCodec>(
+          "local_sgd.steps", &Config::local_sgd, &LocalSgdConfig::steps,
+          "local optimizer steps N between parameter averages; auto = measure the compute step and the link at "
+          "start and choose N from the cost model (printed with the reason; a resumed run keeps its checkpoint's N)"),
       HT_KEY(local_sgd, warmup_steps, "synchronous gradient-averaged steps before local SGD starts"),
       HT_KEY(local_sgd, average_buffers, "average module buffers too"),
       HT_KEY(local_sgd, optimizer_state, "AdamW moments at each sync: kept per rank or averaged"),
@@ -147,6 +153,9 @@ const std::vector<Key>& keys() {
       HT_KEY(local_sgd, bucket_mb, "bucket size in MiB; 0 = one fused buffer (overlapped gradient all-reduce: 1 MiB)"),
       HT_KEY(local_sgd, overlap_grad_allreduce,
              "per-step gradient all-reduce (enabled = false, warmup) in buckets started during backward"),
+      HT_KEY(local_sgd, auto_step_penalty,
+             "local_sgd.steps = auto: extra steps to a given loss per doubling of N, as a fraction of the per-step "
+             "mode's (fitted on the demo: N = 8 took 1.19x and N = 16 1.25x the steps, docs/local-sgd.md)"),
       HT_KEY(local_sgd, consistency_check, "verify a parameter checksum on all ranks after each sync"),
       HT_KEY(checkpoint, dir, "checkpoint directory; empty = <output_dir>/checkpoints"),
       HT_KEY(checkpoint, every_steps, "save every N steps; 0 = at the end and on signals only"),

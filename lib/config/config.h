@@ -5,6 +5,7 @@
 // --help-config and the tables of docs/config.md.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -149,7 +150,9 @@ struct RecomputeConfig {
 
 struct LocalSgdConfig {
   bool enabled = false;        // false: per-step gradient all-reduce (data parallel)
-  int64_t steps = 8;           // N local steps between averages
+  static constexpr int64_t kAutoSteps = 0;  // steps = auto: train::resolve_local_steps() picks N at start
+  static constexpr int64_t kLargestAutoSteps = 64;  // auto picks among N = 1, 2, 4, ... this
+  int64_t steps = 8;           // N local steps between averages, or kAutoSteps
   int64_t warmup_steps = 0;    // synchronous steps before local steps start
   bool average_buffers = true;
   OptimizerState optimizer_state = OptimizerState::kLocal;
@@ -166,6 +169,7 @@ struct LocalSgdConfig {
   int64_t overlap_steps = 0;        // apply a non-blocking average k steps later; 0 = blocking
   int64_t bucket_mb = 0;            // 0 = one fused buffer (the overlapped gradient all-reduce: 1 MiB)
   bool overlap_grad_allreduce = false;  // per-step gradients: buckets start during backward (train/grad_overlap.h)
+  double auto_step_penalty = 0.0625;  // steps = auto: extra steps to a loss per doubling of N (fraction)
   bool consistency_check = true;
 };
 
@@ -214,6 +218,13 @@ Config load_text(const std::string& toml_text, const std::string& origin, const 
 void apply_override(Config& cfg, const std::string& assignment);
 // Checks every key's range and the cross-key constraints that do not need the dataset.
 void validate(const Config& cfg);
+// Why a local SGD cycle of `steps` steps does not fit local_sgd.fragments / overlap_steps: the key to
+// name and the constraint; nullopt when it fits (validate() for a fixed N, the choice of steps = auto).
+struct KeyProblem {
+  std::string key;
+  std::string why;
+};
+std::optional<KeyProblem> local_steps_problem(const LocalSgdConfig& l, int64_t steps);
 // Resolved config as TOML text (stored in checkpoints, written to the output dir, --dump-config).
 std::string to_toml(const Config& cfg);
 // One line per key: name, type, default, help (`--help-config`).

@@ -90,13 +90,21 @@ void check_data_parallel(const Config& c) {
   if (l.fragments > c.model.n_layer)
     bad("local_sgd.fragments", fmt::format("{} fragments of whole blocks need at least as many blocks, but "
                                            "model.n_layer = {}", l.fragments, c.model.n_layer));
-  if (l.steps % l.fragments != 0)
-    bad("local_sgd.fragments", fmt::format("{} fragments do not divide local_sgd.steps = {}: each fragment needs "
-                                           "its own step of the cycle", l.fragments, l.steps));
-  if (l.fragments > 1 && l.overlap_steps > 0 && l.overlap_steps >= l.steps / l.fragments)
-    bad("local_sgd.overlap_steps", fmt::format("{} must be smaller than local_sgd.steps / local_sgd.fragments = {} "
-                                               "(a fragment's exchange must land before the next one starts)",
-                                               l.overlap_steps, l.steps / l.fragments));
+  if (!(l.auto_step_penalty >= 0 && l.auto_step_penalty <= 1)) bad("local_sgd.auto_step_penalty", "must be in [0, 1]");
+  if (l.steps == LocalSgdConfig::kAutoSteps) {
+    // The choice takes only N that pass the checks below; the groups' per-step exchange is outside its model.
+    if (l.enabled && l.group_size != 1)
+      bad("local_sgd.steps", "auto chooses N for flat local SGD; with hierarchical groups (local_sgd.group_size "
+                             "!= 1) set N explicitly");
+    bool any_fits = false;
+    for (int64_t n = 1; n <= LocalSgdConfig::kLargestAutoSteps; n *= 2) any_fits = any_fits || !local_steps_problem(l, n);
+    if (!any_fits)
+      bad("local_sgd.steps", fmt::format("auto: no N in 1, 2, 4, ... {} fits local_sgd.fragments = {} and "
+                                         "local_sgd.overlap_steps = {}; set N explicitly",
+                                         LocalSgdConfig::kLargestAutoSteps, l.fragments, l.overlap_steps));
+  } else if (const auto problem = local_steps_problem(l, l.steps)) {
+    bad(problem->key, problem->why);
+  }
   if (l.group_size < 0) bad("local_sgd.group_size", "must be >= 0 (0 = the ranks of one node, 1 = flat)");
 }
 
@@ -111,6 +119,20 @@ void check_name_inside_output_dir(const std::string& key, const std::string& nam
 }
 
 }  // namespace
+
+std::optional<KeyProblem> local_steps_problem(const LocalSgdConfig& l, int64_t steps) {
+  if (steps % l.fragments != 0)
+    return KeyProblem{"local_sgd.fragments", fmt::format("{} fragments do not divide local_sgd.steps = {}: each "
+                                                         "fragment needs its own step of the cycle", l.fragments, steps)};
+  if (l.fragments > 1 && l.overlap_steps > 0 && l.overlap_steps >= steps / l.fragments)
+    return KeyProblem{"local_sgd.overlap_steps",
+                      fmt::format("{} must be smaller than local_sgd.steps / local_sgd.fragments = {} (a fragment's "
+                                  "exchange must land before the next one starts)", l.overlap_steps, steps / l.fragments)};
+  if (l.overlap_steps > 0 && l.overlap_steps >= steps)
+    return KeyProblem{"local_sgd.overlap_steps", fmt::format("{} must be smaller than local_sgd.steps = {}",
+                                                             l.overlap_steps, steps)};
+  return std::nullopt;
+}
 
 void validate(const Config& c) {
   if (c.model.n_layer < 1) bad("model.n_layer", "must be >= 1");
@@ -159,7 +181,8 @@ void validate(const Config& c) {
     if (c.recompute.first_n == 0 && (c.recompute.k < 1 || c.recompute.k > c.model.n_layer))
       bad("recompute.k", fmt::format("must be in [1, model.n_layer = {}]", c.model.n_layer));
   }
-  if (c.local_sgd.steps < 1) bad("local_sgd.steps", "must be >= 1");
+  if (c.local_sgd.steps < 1 && c.local_sgd.steps != LocalSgdConfig::kAutoSteps)
+    bad("local_sgd.steps", "must be >= 1 or \"auto\"");
   if (c.local_sgd.warmup_steps < 0) bad("local_sgd.warmup_steps", "must be >= 0");
   if (c.local_sgd.enabled && c.train.max_steps > 0 && c.local_sgd.warmup_steps >= c.train.max_steps)
     bad("local_sgd.warmup_steps",
@@ -168,8 +191,6 @@ void validate(const Config& c) {
   if (!(c.local_sgd.outer_momentum >= 0 && c.local_sgd.outer_momentum < 1))
     bad("local_sgd.outer_momentum", "must be in [0, 1)");
   if (c.local_sgd.overlap_steps < 0) bad("local_sgd.overlap_steps", "must be >= 0");
-  if (c.local_sgd.overlap_steps >= c.local_sgd.steps && c.local_sgd.overlap_steps > 0)
-    bad("local_sgd.overlap_steps", "must be smaller than local_sgd.steps");
   if (c.local_sgd.bucket_mb < 0) bad("local_sgd.bucket_mb", "must be >= 0");
   check_data_parallel(c);
   if (c.checkpoint.every_steps < 0) bad("checkpoint.every_steps", "must be >= 0");

@@ -14,6 +14,7 @@
 #include "data/loader.h"
 #include "model/gpt.h"
 #include "recompute/recompute.h"
+#include "train/auto_local_steps.h"
 #include "train/best_tracker.h"
 #include "train/data_parallel/data_parallel.h"
 #include "train/evaluate.h"
@@ -55,7 +56,8 @@ struct Trainer::Impl {
   StateRefs refs() { return StateRefs{gpt, *dp, *loader}; }
 
   void build(const ResumeRequest& resume);
-  void resume_from(const ResumeRequest& resume);
+  std::optional<checkpoint::Snapshot> load_resume_snapshot(const ResumeRequest& resume);
+  void resume_from(const std::optional<checkpoint::Snapshot>& snap);
   void run_eval(const char* reason);
   void save_checkpoint(const char* reason, bool as_best = false);
   // One optimizer step; false when a non-finite loss stops the run.
@@ -75,18 +77,20 @@ void Trainer::Impl::build(const ResumeRequest& resume) {
   // Dropout streams differ per rank; the init above is identical on all ranks (and broadcast anyway).
   torch::manual_seed(static_cast<uint64_t>(cfg.train.seed) * 1000003ULL + static_cast<uint64_t>(comm.rank()) + 1);
 
-  dp = make_data_parallel(*gpt, comm, cfg);
   // Every rank opens its readers (no collective inside): a fault in the file ends the job once.
   comm::run_agreed(comm, [&] {
     loader = std::make_unique<data::Loader>(data, data::LoaderOptions::from_config(cfg), comm);
     if (cfg.eval.strategy != config::EvalStrategy::kNo)
       eval_reader = make_eval_reader(cfg, data, comm);
   });
-
   counters.global_batch = comm.size() * cfg.train.micro_batch_size * cfg.train.grad_accum_steps;
   total = cfg.train.max_steps > 0 ? cfg.train.max_steps : cfg.train.epochs * loader->steps_per_epoch();
-  schedule = std::make_unique<LrSchedule>(cfg.train, total);
   checkpoints = std::make_unique<checkpoint::Manager>(cfg.checkpoint_dir(), cfg.checkpoint.keep, comm);
+  // Read before the strategy is built: local_sgd.steps = auto keeps the N the checkpoint ran with.
+  const std::optional<checkpoint::Snapshot> snap = load_resume_snapshot(resume);
+  resolve_local_steps(cfg, gpt, comm, device, total, snap);
+  dp = make_data_parallel(*gpt, comm, cfg);
+  schedule = std::make_unique<LrSchedule>(cfg.train, total);
   best = std::make_unique<BestTracker>(cfg);
   flops_per_token = gpt->flops_per_token(cfg.model.seq_len);
   dataset_identity = data->identity();
@@ -95,7 +99,7 @@ void Trainer::Impl::build(const ResumeRequest& resume) {
   start_phase_trace(clock, cfg, total, comm);
   // Last: the restored state (RNG streams included) is what the first step sees. A refused resume
   // ends the run before it has written anything.
-  resume_from(resume);
+  resume_from(snap);
   if (comm.rank() == 0) std::ofstream(cfg.train.output_dir + "/config.toml") << config::to_toml(cfg);
   const std::string metrics_path = cfg.train.output_dir + "/" + cfg.log.metrics_file;
   if (comm.rank() == 0 && counters.step > 0) truncate_metrics(metrics_path, counters.step);
@@ -105,14 +109,15 @@ void Trainer::Impl::build(const ResumeRequest& resume) {
   samples = std::make_unique<SampleLogger>(cfg, *data, comm.rank());
 }
 
-void Trainer::Impl::resume_from(const ResumeRequest& resume) {
-  std::optional<checkpoint::Snapshot> snap;
-  if (!resume.from_file.empty()) {
-    snap = checkpoints->load(resume.from_file);
-  } else if (resume.latest) {
-    snap = checkpoints->load_latest();
-    if (!snap) HT_INFO("--resume: no checkpoint in {}, starting from scratch", cfg.checkpoint_dir());
-  }
+std::optional<checkpoint::Snapshot> Trainer::Impl::load_resume_snapshot(const ResumeRequest& resume) {
+  if (!resume.from_file.empty()) return checkpoints->load(resume.from_file);
+  if (!resume.latest) return std::nullopt;
+  auto snap = checkpoints->load_latest();
+  if (!snap) HT_INFO("--resume: no checkpoint in {}, starting from scratch", cfg.checkpoint_dir());
+  return snap;
+}
+
+void Trainer::Impl::resume_from(const std::optional<checkpoint::Snapshot>& snap) {
   if (!snap) return;
   comm::run_agreed(comm, [&] {
     restore_state(refs(), counters, *snap, comm.size(), dataset_identity, cfg.checkpoint.allow_dataset_change);

@@ -60,6 +60,30 @@ case "$CASE" in
     same_model direct staged
     note "buckets in backward: $in_backward in 8 steps; staged transfers: $staged"
     ;;
+  auto_steps)
+    # local_sgd.steps = auto through the real binary: rank 0 prints the measurement and the choice
+    # once, the run trains with that N (config.toml stores the number; every rank agreed, or the
+    # strategy's settings hash would have refused), 16 steps with N give 16 / N syncs; the resumed
+    # run keeps the checkpoint's N without measuring again.
+    lm_data
+    trained auto local_sgd.enabled=true local_sgd.steps=auto train.max_steps=16 checkpoint.every_steps=8
+    expect_once "local_sgd.steps = auto: compute step"
+    expect_once "local_sgd.steps = auto chose N = "
+    chosen=$(sed -n 's/.*local_sgd.steps = auto chose N = \([0-9]*\) .*/\1/p' "$WORK/out.txt")
+    stored=$(python3 -c "import sys,tomllib;print(tomllib.load(open(sys.argv[1],'rb'))['local_sgd']['steps'])" \
+      "$WORK/auto/config.toml")
+    [ -n "$chosen" ] && [ "$chosen" = "$stored" ] || fail "chose N = '$chosen', config.toml stores '$stored'"
+    # With 16 steps at least 4 exchanges: N <= 4.
+    case "$chosen" in 1|2|4) ;; *) fail "N = $chosen leaves fewer than 4 exchanges in 16 steps" ;; esac
+    syncs=$(last_metric auto syncs)
+    [ "$syncs" = $((16 / chosen)) ] || fail "N = $chosen: $syncs syncs in 16 steps, expected $((16 / chosen))"
+    expect_rc 0 mpi 2 "$HPCTRAIN" train --set data.path="$WORK/lm.h5" --set train.output_dir="$WORK/auto" "${TINY[@]}" \
+      --set local_sgd.enabled=true --set local_sgd.steps=auto --set train.max_steps=24 --set checkpoint.every_steps=8 \
+      --resume
+    expect_once "local_sgd.steps = auto: $chosen as chosen when the run started"
+    grep -qF "auto chose N" "$WORK/out.txt" && fail "the resumed run measured and chose again"
+    note "auto chose N = $chosen ($syncs syncs in 16 steps); the resumed run kept it"
+    ;;
   bad_keys)
     lm_data
     refused 2 "config key 'train.shard_optimizer': shards the optimizer state of the per-step data-parallel mode" \
@@ -74,6 +98,10 @@ case "$CASE" in
     refused 2 "config key 'local_sgd.quant_block': 63 is odd, but local_sgd.comm_dtype = int4 packs two values per byte" \
       local_sgd.enabled=true local_sgd.comm_dtype=int4 local_sgd.quant_block=63
     refused 1 "config key 'local_sgd.comm_dtype'" local_sgd.comm_dtype=int2
+    refused 2 "config key 'local_sgd.steps': auto chooses N for flat local SGD" \
+      local_sgd.enabled=true local_sgd.steps=auto local_sgd.group_size=2
+    refused 2 "config key 'local_sgd.steps': auto: no N in 1, 2, 4, ... 64 fits local_sgd.fragments = 2" \
+      local_sgd.enabled=true local_sgd.steps=auto local_sgd.fragments=2 local_sgd.overlap_steps=40
     ;;
   bad_world)
     lm_data

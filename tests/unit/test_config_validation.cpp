@@ -96,3 +96,47 @@ TEST(Config, DumpRoundTrips) {
   EXPECT_EQ(ht::config::to_toml(d), ht::config::to_toml(c));
   EXPECT_EQ(d.data.paths, std::vector<std::string>{"/tmp/x y.h5"});
 }
+
+// local_sgd.steps takes a count or "auto" (kAutoSteps), from TOML and from --set, and prints back as
+// "auto": the resolved config a run writes reads back the same.
+TEST(Config, LocalStepsAutoParsesAndRoundTrips) {
+  const auto c = ht::config::load("", {"local_sgd.enabled=true", "local_sgd.steps=auto"});
+  EXPECT_EQ(c.local_sgd.steps, ht::config::LocalSgdConfig::kAutoSteps);
+  const std::string text = ht::config::to_toml(c);
+  EXPECT_NE(text.find("steps = \"auto\""), std::string::npos) << text;
+  EXPECT_EQ(ht::config::load_text(text, "round trip", {}).local_sgd.steps, ht::config::LocalSgdConfig::kAutoSteps);
+  EXPECT_EQ(ht::config::load_text("[local_sgd]\nsteps = \"auto\"\n", "toml", {}).local_sgd.steps,
+            ht::config::LocalSgdConfig::kAutoSteps);
+  EXPECT_EQ(ht::config::load_text("[local_sgd]\nsteps = 16\n", "toml", {}).local_sgd.steps, 16);
+}
+
+TEST(Config, LocalStepsRejectsWhatIsNeitherACountNorAuto) {
+  for (const std::string bad : {"local_sgd.steps=0", "local_sgd.steps=-8", "local_sgd.steps=automatic",
+                                "local_sgd.steps=8.5"}) {
+    const std::string msg = error_of({bad});
+    EXPECT_NE(msg.find("local_sgd.steps"), std::string::npos) << bad << ": " << msg;
+  }
+  try {
+    ht::config::load_text("[local_sgd]\nsteps = 0\n", "toml", {});
+    ADD_FAILURE() << "steps = 0 accepted";
+  } catch (const ht::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("local_sgd.steps"), std::string::npos) << e.what();
+  }
+}
+
+// With auto the cycle checks move to the choice (it offers only N that fit); what auto cannot model
+// is refused before any rank trains.
+TEST(Config, LocalStepsAutoChecks) {
+  EXPECT_NO_THROW(ht::config::load("", {"local_sgd.enabled=true", "local_sgd.steps=auto", "model.n_layer=4",
+                                        "local_sgd.fragments=4", "local_sgd.overlap_steps=2"}));
+  std::string msg = error_of({"local_sgd.enabled=true", "local_sgd.steps=auto", "local_sgd.group_size=2"});
+  EXPECT_NE(msg.find("local_sgd.steps"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("group_size"), std::string::npos) << msg;
+  msg = error_of({"local_sgd.steps=auto", "local_sgd.auto_step_penalty=-0.1"});
+  EXPECT_NE(msg.find("local_sgd.auto_step_penalty"), std::string::npos) << msg;
+  // A fixed N is still checked against the fragments and the overlap.
+  msg = error_of({"local_sgd.enabled=true", "local_sgd.steps=6", "model.n_layer=4", "local_sgd.fragments=4"});
+  EXPECT_NE(msg.find("local_sgd.fragments"), std::string::npos) << msg;
+  msg = error_of({"local_sgd.steps=4", "local_sgd.overlap_steps=4"});
+  EXPECT_NE(msg.find("local_sgd.overlap_steps"), std::string::npos) << msg;
+}

@@ -113,7 +113,8 @@ std::vector<torch::Tensor> sync_tensors_of(torch::nn::Module& model, bool with_b
 
 // The strategy the config asks for (local_sgd.*, train.shard_optimizer, train.optimizer), over this
 // model on these ranks. Collective: broadcasts rank 0's parameters (identical start) and checks
-// that every rank has the same model shape and settings.
+// that every rank has the same model shape and settings. local_sgd.steps must be a count by then
+// (train::resolve_local_steps() resolves auto).
 std::unique_ptr<DataParallel> make_data_parallel(torch::nn::Module& model, comm::Communicator& comm,
                                                  const config::Config& cfg);
 

@@ -1,0 +1,127 @@
+// local_sgd.steps = auto: the choice from measured figures (checked against numbers worked by hand)
+// and the measurement, which must leave the model, its gradients and the RNG streams untouched.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "comm/communicator.h"
+#include "config/config.h"
+#include "core/error.h"
+#include "model/gpt.h"
+#include "train/auto_local_steps.h"
+
+using ht::train::choose_local_steps;
+using ht::train::StepAndLink;
+
+namespace {
+
+std::vector<int64_t> candidates_of(const ht::train::LocalStepsChoice& c) {
+  std::vector<int64_t> out;
+  for (const auto& k : c.candidates) out.push_back(k.steps);
+  return out;
+}
+
+// Compute 1 s per step, one exchange 1 s (1 MB at 1 MB/s, no latency).
+StepAndLink one_second_each() {
+  StepAndLink m;
+  m.compute_s = 1.0;
+  m.bytes_per_s = 1e6;
+  m.exchange_bytes = 1e6;
+  return m;
+}
+
+}  // namespace
+
+// cost(N) = (1 + 1/N) x (1 + log2(N) / 16): 2, 1.594, 1.406, 1.336, 1.328, 1.354, 1.392 for N = 1..64.
+TEST(AutoLocalSteps, ChoosesTheLeastPredictedTimeToTheSameLoss) {
+  ht::config::LocalSgdConfig l;
+  const auto c = choose_local_steps(l, one_second_each(), 0);
+  EXPECT_EQ(c.steps, 16);
+  ASSERT_EQ(candidates_of(c), (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64}));
+  EXPECT_DOUBLE_EQ(c.candidates[0].cost, 2.0);
+  EXPECT_DOUBLE_EQ(c.candidates[3].step_s, 1.125);
+  EXPECT_DOUBLE_EQ(c.candidates[3].relative_steps, 1.1875);
+  EXPECT_DOUBLE_EQ(c.candidates[4].cost, 1.0625 * 1.25);
+  EXPECT_DOUBLE_EQ(c.candidates[5].cost, 1.03125 * 1.3125);
+}
+
+TEST(AutoLocalSteps, TheLinkAndThePenaltyMoveTheChoice) {
+  ht::config::LocalSgdConfig l;
+  StepAndLink free_link = one_second_each();
+  free_link.bytes_per_s = 0;  // one rank: nothing to exchange, every doubling only costs steps
+  EXPECT_EQ(choose_local_steps(l, free_link, 0).steps, 1);
+  StepAndLink slow = one_second_each();
+  slow.bytes_per_s = 1e4;  // an exchange takes 100 steps' compute
+  EXPECT_EQ(choose_local_steps(l, slow, 0).steps, 64);
+  l.auto_step_penalty = 0.0;  // steps do not grow with N: the longest cycle is never worse
+  EXPECT_EQ(choose_local_steps(l, one_second_each(), 0).steps, 64);
+  l.auto_step_penalty = 0.5;  // steeply growing steps: N = 2 costs 1.5 x 1.5 = 2.25 > N = 1's 2
+  EXPECT_EQ(choose_local_steps(l, one_second_each(), 0).steps, 1);
+}
+
+// Fragments and overlap: only cycles that pass config::local_steps_problem are offered; an exchange
+// overlapped with a step that is at least as long costs nothing.
+TEST(AutoLocalSteps, OffersOnlyCyclesThatFitFragmentsAndOverlap) {
+  ht::config::LocalSgdConfig l;
+  l.fragments = 4;
+  l.overlap_steps = 1;
+  auto c = choose_local_steps(l, one_second_each(), 0);
+  EXPECT_EQ(candidates_of(c), (std::vector<int64_t>{8, 16, 32, 64}));  // N / 4 > 1 and 4 | N
+  EXPECT_EQ(c.steps, 8);  // a 0.25 s fragment hides under one 1 s step: the shortest cycle wins
+  EXPECT_DOUBLE_EQ(c.candidates[0].step_s, 1.0);
+  l.fragments = 1;
+  EXPECT_EQ(choose_local_steps(l, one_second_each(), 0).steps, 2);  // 1 s hides under 1 step: N = 1 is not offered
+  l.overlap_steps = 0;
+  // At least 4 exchanges in the run: 40 steps allow N <= 10.
+  EXPECT_EQ(candidates_of(choose_local_steps(l, one_second_each(), 40)), (std::vector<int64_t>{1, 2, 4, 8}));
+}
+
+TEST(AutoLocalSteps, NoFittingCycleNamesTheKey) {
+  ht::config::LocalSgdConfig l;
+  l.fragments = 4;
+  l.overlap_steps = 16;  // needs N / 4 > 16: N = 128, beyond the candidates
+  try {
+    choose_local_steps(l, one_second_each(), 0);
+    ADD_FAILURE() << "no error";
+  } catch (const ht::Error& e) {
+    EXPECT_EQ(e.code(), ht::ExitCode::kUsage);
+    EXPECT_NE(std::string(e.what()).find("local_sgd.steps"), std::string::npos) << e.what();
+  }
+}
+
+// The probe runs real forward/backward passes: afterwards the parameters are bitwise the same, no
+// gradient is left, and the next random draw is the one it would have been.
+TEST(AutoLocalSteps, MeasuringLeavesTheModelAndTheRngAsTheyWere) {
+  ht::config::Config cfg;
+  cfg.model.n_layer = 2;
+  cfg.model.n_head = 2;
+  cfg.model.d_model = 16;
+  cfg.model.seq_len = 8;
+  cfg.model.vocab_size = 50;
+  cfg.model.dropout = 0.1;  // dropout draws from the default generator
+  cfg.train.micro_batch_size = 2;
+  cfg.train.grad_accum_steps = 2;
+  cfg.local_sgd.enabled = true;
+  torch::manual_seed(3);
+  ht::model::Gpt gpt(ht::model::GptOptions::from_config(cfg.model));
+  std::vector<torch::Tensor> before;
+  for (const auto& p : gpt->parameters()) before.push_back(p.detach().clone());
+  torch::manual_seed(11);
+  const auto expected_draw = torch::rand({4});
+  torch::manual_seed(11);
+  auto comm = ht::comm::make_local();
+  const StepAndLink m = ht::train::measure_step_and_link(gpt, *comm, cfg, torch::kCPU);
+  EXPECT_TRUE(torch::equal(torch::rand({4}), expected_draw));
+  EXPECT_GT(m.compute_s, 0.0);
+  EXPECT_EQ(m.bytes_per_s, 0.0);  // one rank: no link to time
+  int64_t values = 0;
+  const auto params = gpt->parameters();
+  for (size_t i = 0; i < before.size(); ++i) {
+    const auto& p = params[i];
+    EXPECT_TRUE(torch::equal(p, before[i]));
+    EXPECT_FALSE(p.grad().defined());
+    values += p.numel();
+  }
+  // fp32 exchange of the parameters (the model has no floating-point buffers).
+  EXPECT_EQ(m.exchange_bytes, 4.0 * static_cast<double>(values));
+}

@@ -20,7 +20,8 @@ Local SGD variants (time_to_quality.py's modes) extend the step time:
 
 Hierarchical groups of G ranks per node split the cross-node exchange over the G ranks, but those
 share the node's link, so the node still carries the whole S_x: t_sync is that of the node ring.
-Time to target = steps to target x t_step; the steps are measured (the model says nothing about
+`local_sgd.steps = auto` (lib/train/auto_local_steps.h) evaluates the same t_step at start-up from a
+timed step and timed all-reduces. Time to target = steps to target x t_step; the steps are measured (the model says nothing about
 convergence). `--ttq ttq.csv --nocomm S` checks it against jobs/bench/time_to_quality.py.
 
 Reads the CSV of `jobs/bench/scaling.py --emulate` and prints, as Markdown:

@@ -98,7 +98,8 @@ const std::vector<Key>& keys() {
              "AdamW kernel: fused (one kernel over all tensors), foreach, plain (per tensor); auto = fused"),
       HT_KEY(train, shard_optimizer,
              "ZeRO-1: gradients reduce-scattered, each rank updates its 1/W of the parameters with its 1/W of the "
-             "optimizer state, parameters all-gathered (per-step data parallel, local_sgd.enabled = false)"),
+             "optimizer state, parameters all-gathered (per-step data parallel; with local SGD, inside the groups of "
+             "local_sgd.group_size != 1)"),
       HT_KEY(train, threads, "intra-op threads per rank; 0 = cores / ranks on the node"),
       HT_KEY(train, nan_policy, "what a NaN/inf loss does: stop the run or skip the step"),
       HT_KEY(train, peak_flops, "peak FLOP/s per rank for MFU; 0 = measure with a matmul at start"),

@@ -79,9 +79,11 @@ void check_evaluation_use(const Config& c) {
 // The data-parallel keys that need no world size (those that do: train::check_world).
 void check_data_parallel(const Config& c) {
   const LocalSgdConfig& l = c.local_sgd;
-  if (c.train.shard_optimizer && l.enabled)
-    bad("train.shard_optimizer", "shards the optimizer state of the per-step data-parallel mode; it does not apply "
-                                 "with local_sgd.enabled = true (each replica keeps its own optimizer state there)");
+  if (c.train.shard_optimizer && l.enabled && l.group_size == 1)
+    bad("train.shard_optimizer", "shards the optimizer state of the per-step data-parallel mode, or with "
+                                 "local_sgd.enabled = true inside the groups of the hierarchical mode "
+                                 "(local_sgd.group_size = 0 or >= 2); with local_sgd.group_size = 1 every rank is "
+                                 "a replica of its own and keeps its whole optimizer state");
   if (l.quant_block < 2 || l.quant_block > 65536) bad("local_sgd.quant_block", "must be in [2, 65536]");
   if (l.comm_dtype == ExchangeDtype::kInt4 && l.quant_block % 2 != 0)
     bad("local_sgd.quant_block", fmt::format("{} is odd, but local_sgd.comm_dtype = int4 packs two values per byte: "

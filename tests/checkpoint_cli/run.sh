@@ -196,6 +196,12 @@ case "$CASE" in
   resume_dropout) resume_case 2 --set model.dropout=0.1 ;;
   resume_zero1) resume_case 2 --set train.shard_optimizer=true --set model.dropout=0.1 ;;
   resume_zero1_np3) resume_case 3 --set train.shard_optimizer=true ;;
+  resume_zero1_hierarchical)
+    # 4 ranks in 2 groups of 2: ZeRO-1 inside each group (each rank saves its group's gathered
+    # moments), DiLoCo in 2 fragments across the groups; step 10 of N = 4 is mid-cycle.
+    resume_case 4 --set local_sgd.enabled=true --set local_sgd.steps=4 --set local_sgd.group_size=2 \
+      --set local_sgd.fragments=2 --set local_sgd.outer=diloco --set train.shard_optimizer=true
+    has saving "inside each group of 2 ranks: ZeRO-1 over 2 ranks" ;;
   resume_streaming)
     # Step 10 of N = 4 with 2 fragments overlapped by 1 step: fragment 1 (begun at step 8) landed
     # at step 9, fragment 0 (begun at step 10) is in flight when the checkpoint is written; int8.

@@ -2,8 +2,8 @@
 // ZeRO-1 against the unsharded per-step mode (bitwise on 2 ranks without clipping, 1e-6 with it,
 // 1/W of the optimizer state, the state gathered to the unsharded layout and re-sharded), streamed
 // fragments (each range exchanged once per cycle at its own step), int8/int4 exchanges, and the
-// passive view of the averaged model with exchanges in flight. Hierarchical groups need 4 ranks
-// (mpi.mpi_train_hierarchical.np4 runs the Hierarchical.* cases).
+// passive view of the averaged model with exchanges in flight. Hierarchical groups (also with
+// ZeRO-1 inside them) need 4 ranks (mpi.mpi_train_hierarchical.np4 runs the Hierarchical.* cases).
 #include <gtest/gtest.h>
 
 #include "comm/communicator.h"
@@ -297,4 +297,51 @@ TEST(Hierarchical, StreamedQuantizedOverlappedGroupsAgreeAndViewEqualsFinish) {
   for (size_t i = 0; i < view.size(); ++i) EXPECT_TRUE(torch::equal(view[i], net.params()[i])) << "tensor " << i;
   expect_replicas_equal(*comm, net.params());
   EXPECT_GT(dp->stats().inner_bytes_sent, 0u);
+}
+
+// ZeRO-1 inside the groups: each group of 2 is one replica whose optimizer state is split over its
+// 2 ranks. The run follows the unsharded hierarchical run through the warmup (the group's reduced
+// shard averaged again across the groups: the world's mean summed in another order, hence 1e-6
+// rather than bitwise) and the streamed DiLoCo exchanges across groups; a wrong shard, a missed
+// all-gather or a skipped warmup average would be off by orders of magnitude more.
+TEST(Hierarchical, ShardedOptimizerInsideGroupsFollowsUnsharded) {
+  auto comm = ht::comm::make_mpi_world();
+  if (comm->size() != 4) GTEST_SKIP() << "needs 4 ranks (2 groups of 2)";
+  auto l = local(4);
+  l.group_size = 2;
+  l.warmup_steps = 2;
+  l.fragments = 2;
+  l.outer = ht::config::OuterOptimizer::kDiloco;
+  auto cfg = config_of(l);
+  cfg.train.optimizer_impl = ht::config::OptimizerImpl::kForeach;
+  Net a(comm->rank()), b(comm->rank());
+  auto plain = ht::train::make_data_parallel(*a.model, *comm, cfg);
+  cfg.train.shard_optimizer = true;
+  auto sharded = ht::train::make_data_parallel(*b.model, *comm, cfg);
+  EXPECT_NE(sharded->describe().find("ZeRO-1 over 2 ranks"), std::string::npos) << sharded->describe();
+  for (int s = 0; s < 11; ++s) {
+    const double na = step(*plain, a, comm->rank(), s, 0), nb = step(*sharded, b, comm->rank(), s, 0);
+    EXPECT_NEAR(nb, na, 1e-6 * na) << "step " << s;
+  }
+  // Mid-cycle (11 = 2 warmup + 9 local steps): the replicas differ across groups, agree inside.
+  EXPECT_TRUE(sharded->replicas_differ());
+  EXPECT_LT(relative_gap(b.params(), a.params()), 1e-6) << "before finish";
+  // Each rank holds half of its replica's state; the pair of a group holds all of it.
+  const int64_t whole = plain->optimizer().state_bytes();
+  const int64_t mine = sharded->optimizer().state_bytes();
+  EXPECT_LE(mine, (58 + 1) / 2 * 2 * 4);
+  EXPECT_EQ(comm->allreduce_sum(mine), 2 * whole);  // 2 replicas, each value's state on one rank of each
+  EXPECT_GT(sharded->stats().inner_bytes_sent, 0u);
+  // The state a checkpoint holds: the group's shards gathered into the unsharded layout.
+  const auto full = sharded->optimizer_state();
+  const auto ref = plain->optimizer_state();
+  ASSERT_EQ(full.size(), ref.size());
+  for (const auto& [k, v] : ref) {
+    ASSERT_TRUE(full.count(k)) << k;
+    EXPECT_TRUE(torch::allclose(full.at(k).to(torch::kDouble), v.to(torch::kDouble), 1e-5, 1e-9)) << k;
+  }
+  plain->finish();
+  sharded->finish();
+  EXPECT_LT(relative_gap(b.params(), a.params()), 1e-6);
+  expect_replicas_equal(*comm, b.params());
 }

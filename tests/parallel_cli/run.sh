@@ -86,8 +86,10 @@ case "$CASE" in
     ;;
   bad_keys)
     lm_data
-    refused 2 "config key 'train.shard_optimizer': shards the optimizer state of the per-step data-parallel mode" \
+    refused 2 "config key 'train.shard_optimizer': shards the optimizer state of the per-step data-parallel mode, or with local_sgd.enabled = true inside the groups" \
       train.shard_optimizer=true local_sgd.enabled=true
+    refused 1 "config key 'train.shard_optimizer': with local SGD it shards the optimizer state inside the groups of the hierarchical mode, but local_sgd.group_size = 0 (the 1 ranks of this node) gives groups of one rank" \
+      train.shard_optimizer=true local_sgd.enabled=true local_sgd.group_size=0
     refused 1 "config key 'train.optimizer'" train.optimizer=lamb
     refused 2 "config key 'local_sgd.fragments': 8 fragments of whole blocks need at least as many blocks" \
       local_sgd.enabled=true local_sgd.fragments=8 local_sgd.steps=8

@@ -133,6 +133,10 @@ void check_world(const config::Config& cfg, int world_size, int node_size) {
   const std::string what =
       l.group_size == 0 ? fmt::format("local_sgd.group_size = 0 (the {} ranks of this node)", node_size)
                         : fmt::format("local_sgd.group_size = {}", l.group_size);
+  // Sharding the state of a one-rank replica saves nothing: refused rather than quietly ignored.
+  HT_REQUIRE(!cfg.train.shard_optimizer || g > 1, ExitCode::kUsage,
+             "config key '{}': with local SGD it shards the optimizer state inside the groups of the hierarchical "
+             "mode, but {} gives groups of one rank", "train.shard_optimizer", what);
   HT_REQUIRE(g <= world_size, ExitCode::kUsage, "config key '{}': {} is larger than the {} ranks of the job",
              "local_sgd.group_size", what, world_size);
   HT_REQUIRE(world_size % g == 0, ExitCode::kUsage, "config key '{}': {} does not divide the {} ranks of the job",

@@ -80,6 +80,9 @@ class DataParallel {
   // --- passive views, for evaluation and checkpoints: collective, the training is unchanged ---
   // True while the replicas may differ (local steps since the last exchange, or one in flight).
   virtual bool replicas_differ() const { return false; }
+  // True when the parameters live in a flat buffer this strategy's optimizer updates through views
+  // (ZeRO-1): a strategy around it must copy into them, never rebind their storage.
+  virtual bool owns_parameter_storage() const { return false; }
   // The tensors an exchange covers: the parameters, then the float buffers it averages.
   const std::vector<torch::Tensor>& sync_tensors() const { return sync_set_; }
   // Copies of sync_tensors() holding the model an exchange at this moment would give, bitwise what

@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "train/data_parallel/sync.h"
+#include "train/data_parallel/zero1.h"
 
 namespace ht::train {
 
@@ -67,7 +68,7 @@ LocalSgd::LocalSgd(torch::nn::Module& model, comm::Communicator& comm, const con
   }
   // The parameters live in the layout's buffer unless an exchange keeps its own data there while
   // training goes on (the whole-model buffer of an overlapped or outer exchange).
-  const bool bindable = !whole || (!outer && cfg_.overlap_steps == 0);
+  const bool bindable = (!whole || (!outer && cfg_.overlap_steps == 0)) && !inner_->owns_parameter_storage();
   const bool bound = bindable && layout_->bind(sync_set_);
   HT_INFO("local_sgd: parameters {}", bound ? "stored in the flat exchange buffer (no pack/unpack per sync)"
                                            : "packed into the exchange buffer at each sync");
@@ -134,8 +135,32 @@ void LocalSgd::before_backward(bool last_micro_batch) {
 }
 
 void LocalSgd::after_backward() {
-  if (per_step_active()) per_step().after_backward();
+  if (!per_step_active()) return;
+  per_step().after_backward();
+  // Zero1 in the groups has no world-wide twin for the warmup: its group-reduced shard is averaged
+  // across the groups (rank i of every group holds the same shard), which is the world's mean.
+  if (in_warmup() && !warmup_ && hierarchical()) average_gradients_across_groups();
 }
+
+void LocalSgd::average_gradients_across_groups() {
+  Stopwatch sw;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : optimizer().params())
+    if (p.tensor.grad().defined()) grads.push_back(p.tensor.grad());
+  if (grads.empty()) return;  // this rank's shard is all padding: so is its peers'
+  if (!warmup_cross_avg_) {
+    comm::AveragerOptions o;
+    o.name = "gradient shards across groups (warmup)";
+    o.bucket_mb = cfg_.bucket_mb;
+    warmup_cross_avg_ = std::make_unique<comm::ParamAverager>(*cross_, grads, o);
+  }
+  warmup_cross_avg_->average(grads);
+  stats_.grad_allreduces += 1;
+  stats_.bytes_sent += warmup_cross_avg_->bytes_per_call();
+  stats_.comm_seconds += sw.seconds();
+}
+
+double LocalSgd::clip_and_update(double max_norm) { return per_step().clip_and_update(max_norm); }
 
 void LocalSgd::begin(Fragment& f, bool blocking) {
   Stopwatch sw;
@@ -192,6 +217,7 @@ void LocalSgd::average_moments() {
 }
 
 void LocalSgd::after_update() {
+  if (per_step_active()) per_step().after_update();  // Zero1's all-gather inside the group
   stats_.steps += 1;
   if (fragments_.empty()) return;
   if (stats_.steps <= cfg_.warmup_steps) {
@@ -266,6 +292,11 @@ std::unique_ptr<DataParallel> make_local_sgd(torch::nn::Module& model, comm::Com
                "ranks); set local_sgd.group_size to a number that divides the job's ranks", smallest, largest);
   } else {
     group = comm::make_local();
+  }
+  if (cfg.train.shard_optimizer) {
+    // check_world refused groups of one rank: each group is one replica, its ranks share its state.
+    auto inner = std::make_unique<Zero1>(model, *group, cfg);
+    return std::make_unique<LocalSgd>(model, comm, cfg, std::move(group), std::move(cross), std::move(inner), nullptr);
   }
   std::shared_ptr<Optimizer> opt = make_optimizer(cfg.train, optimizer_params(model));
   // The per-step strategy runs inside the groups every step, or on every rank during warmup only.

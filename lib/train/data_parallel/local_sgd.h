@@ -8,10 +8,12 @@
 //   quantized  local_sgd.comm_dtype = int8 | int4: the change since the last exchange goes on the
 //              wire with one scale per local_sgd.quant_block values (fragment_exchange.h);
 //   hierarchy  local_sgd.group_size = G: each group of G consecutive ranks (or of one node)
-//              averages gradients every step (SyncAllReduce on the group) and is one replica of
-//              local SGD across groups; rank i of a group exchanges slice i of each fragment with
-//              rank i of every other group, then the group all-gathers the slices.
-// Warmup (local_sgd.warmup_steps): gradients averaged over every rank each step first.
+//              averages gradients every step (SyncAllReduce on the group, or Zero1 with
+//              train.shard_optimizer: the group's optimizer state sharded over its ranks) and is
+//              one replica of local SGD across groups; rank i of a group exchanges slice i of each
+//              fragment with rank i of every other group, then the group all-gathers the slices.
+// Warmup (local_sgd.warmup_steps): gradients averaged over every rank each step first (with Zero1
+// in the groups: the group's reduced shard averaged again across the groups).
 // Semantics and telemetry: docs/local-sgd.md.
 #pragma once
 #include <functional>
@@ -41,12 +43,17 @@ class LocalSgd final : public DataParallel {
   const SyncStats& stats() const override;
   void before_backward(bool last_micro_batch) override;
   void after_backward() override;
+  double clip_and_update(double max_norm) override;
   void after_update() override;
   void finish() override;
 
   bool replicas_differ() const override;
   std::vector<torch::Tensor> averaged_copies() override;
   bool moments_per_rank() const override { return true; }
+  std::map<std::string, torch::Tensor> optimizer_state() override { return inner_->optimizer_state(); }
+  void load_optimizer_state(const std::map<std::string, torch::Tensor>& state) override {
+    inner_->load_optimizer_state(state);
+  }
   StrategyState state() override;
   void load_state(const StrategyState& state, bool same_world) override;
 
@@ -82,6 +89,7 @@ class LocalSgd final : public DataParallel {
   void record_round();
   torch::Tensor local_values() const;
   void average_moments();
+  void average_gradients_across_groups();
   std::string key(size_t f, const std::string& name) const;
 
   config::LocalSgdConfig cfg_;
@@ -90,6 +98,7 @@ class LocalSgd final : public DataParallel {
   std::unique_ptr<DataParallel> inner_, warmup_;
   std::unique_ptr<comm::ParamAverager> layout_;  // the flat layout of sync_tensors()
   std::unique_ptr<comm::ParamAverager> moment_avg_;
+  std::unique_ptr<comm::ParamAverager> warmup_cross_avg_;  // warmup with Zero1 in the groups
   std::vector<Fragment> fragments_;
   bool outer_ = false;   // the exchanges keep an outer copy (DiLoCo, or a quantized plain average)
   int64_t cycle_ = 0;    // local steps since the cycle began

@@ -6,7 +6,9 @@
 // parameters are all-gathered in place. The wire carries what an all-reduce carries (a ring
 // all-reduce is a reduce-scatter plus an all-gather); each rank holds 1/W of the optimizer state.
 // Checkpoints hold the whole state as the unsharded modes write it (the shards are gathered at a
-// save), so a resume on any rank count, sharded or not, re-shards by slicing.
+// save), so a resume on any rank count, sharded or not, re-shards by slicing. Also the per-step
+// strategy inside each group of hierarchical local SGD (on the group's communicator), where the
+// group is one replica and its ranks share that replica's optimizer state.
 #pragma once
 #include <memory>
 #include <string>
@@ -26,6 +28,7 @@ class Zero1 final : public DataParallel {
   void after_backward() override;
   double clip_and_update(double max_norm) override;
   void after_update() override;
+  bool owns_parameter_storage() const override { return true; }
   std::map<std::string, torch::Tensor> optimizer_state() override;
   void load_optimizer_state(const std::map<std::string, torch::Tensor>& state) override;
 

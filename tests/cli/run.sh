@@ -123,10 +123,20 @@ PY
     done
     ;;
   speed_features)
-    # bf16 autocast on CPU, the fused optimizer, per-phase timers and a Chrome trace of steps 2..3
+    # bf16 autocast on CPU, the fused optimizer, per-phase timers and a Chrome trace of steps 2..3.
+    # A CPU without native bf16 (no avx512_bf16/amx_bf16 in /proc/cpuinfo) must refuse autocast
+    # naming the key; the features are then checked with the emulated bf16 the message offers.
     lm_data
+    BF16=(--set train.autocast=bf16)
+    if ! grep -qwE "avx512_bf16|amx_bf16" /proc/cpuinfo; then
+      expect_rc 1 mpi 2 "$HPCTRAIN" train --set data.path="$WORK/lm.h5" --set train.output_dir="$WORK/run0" "${TINY[@]}" \
+        --set train.max_steps=4 --set eval.strategy=no "${BF16[@]}"
+      expect_once "config key 'train.autocast': bf16 on this CPU would be emulated"
+      note "no native bf16 on this CPU: refused naming train.autocast; the rest runs with train.autocast_emulated"
+      BF16+=(--set train.autocast_emulated=true)
+    fi
     expect_rc 0 mpi 2 "$HPCTRAIN" train --set data.path="$WORK/lm.h5" --set train.output_dir="$WORK/run" "${TINY[@]}" \
-      --set train.max_steps=4 --set log.every_steps=1 --set eval.strategy=no --set train.autocast=bf16 \
+      --set train.max_steps=4 --set log.every_steps=1 --set eval.strategy=no "${BF16[@]}" \
       --set train.optimizer_impl=fused --set log.trace_steps=2:3
     expect_text "ms/step median/max over ranks: .*forward [0-9]*/[0-9]* backward"
     python3 - "$WORK/run" <<'PY' || fail "phases / trace"
@@ -160,7 +170,7 @@ PY
     expect_text "log.trace_steps directory $WORK/run3/trace cannot be created"
     # Selective recompute under bf16 autocast trains (it was refused before its backward made autocast's casts).
     expect_rc 0 mpi 2 "$HPCTRAIN" train --set data.path="$WORK/lm.h5" --set train.output_dir="$WORK/run4" "${TINY[@]}" \
-      --set train.max_steps=4 --set eval.strategy=no --set train.autocast=bf16 --set recompute.policy=selective
+      --set train.max_steps=4 --set eval.strategy=no "${BF16[@]}" --set recompute.policy=selective
     expect_text "precision autocast bf16"
     ;;
   *) fail "unknown case" ;;

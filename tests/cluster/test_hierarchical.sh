@@ -6,7 +6,8 @@
 #   - the links carry the cross-group exchanges and nothing per step: between a run of 8 and one of
 #     24 steps (the start-up broadcast and the final checkpoint's gather cancel out) the nodes' links
 #     sent what the 4 extra exchanges handed to MPI (4 ranks x the growth of bytes_sent -
-#     inner_bytes_sent) plus at most 10 % (Ethernet/IP/TCP headers, ACKs, the small all-reduces);
+#     inner_bytes_sent) plus at most 15 % (Ethernet/IP/TCP headers and ACKs, ~6 % measured, the small
+#     all-reduces, retransmits under load);
 #   - inner_bytes_sent > 0 (the per-step averages ran, inside the nodes), and the 24-step run's links
 #     carried less than half of what the flat per-step run's did.
 # No timing is asserted; the figures are printed.
@@ -55,10 +56,10 @@ python3 - "$short" "$long" "$payload" "$flat" <<'PY' || fail "link bytes"
 import sys
 short, long, payload, flat = map(float, sys.argv[1:])
 extra = long - short
-print(f"  extra link bytes / extra exchange payload = {extra / payload:.3f} (allowed 1.00-1.10); "
+print(f"  extra link bytes / extra exchange payload = {extra / payload:.3f} (allowed 1.00-1.15); "
       f"hierarchical / flat over 24 steps = {long / flat:.3f}")
 assert payload > 0, "no cross-group exchange between step 8 and step 24"
-assert payload <= extra <= 1.10 * payload, "the links carried other bytes than the cross-group exchanges"
+assert payload <= extra <= 1.15 * payload, "the links carried other bytes than the cross-group exchanges"
 assert long < flat / 2, "the hierarchical run did not keep the per-step traffic inside the nodes"
 PY
 "$EMU" down || fail "down failed"

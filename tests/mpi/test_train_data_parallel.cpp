@@ -345,3 +345,21 @@ TEST(Hierarchical, ShardedOptimizerInsideGroupsFollowsUnsharded) {
   EXPECT_LT(relative_gap(b.params(), a.params()), 1e-6);
   expect_replicas_equal(*comm, b.params());
 }
+
+// local_sgd.optimizer_state = average with ZeRO-1 in the groups: rank i of every group holds shard i
+// of its replica's moments, so averaging them across the groups (on the same communicator as the
+// parameters' slices) averages like for like.
+TEST(Hierarchical, ShardedMomentsAveragedAcrossGroupsFollowUnsharded) {
+  auto comm = ht::comm::make_mpi_world();
+  if (comm->size() != 4) GTEST_SKIP() << "needs 4 ranks (2 groups of 2)";
+  auto l = local(3);
+  l.group_size = 2;
+  l.optimizer_state = ht::config::OptimizerState::kAverage;
+  auto cfg = config_of(l);
+  cfg.train.optimizer_impl = ht::config::OptimizerImpl::kForeach;
+  const Outcome plain = train(*comm, cfg, 9);
+  cfg.train.shard_optimizer = true;
+  const Outcome sharded = train(*comm, cfg, 9);
+  EXPECT_LT(relative_gap(sharded.params, plain.params), 1e-6);
+  expect_replicas_equal(*comm, sharded.params);
+}

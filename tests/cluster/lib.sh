@@ -79,3 +79,17 @@ mpicc_into_work() {
   mpicc -O2 -o "$out" "$src" || fail "mpicc $src failed"
   echo "$out"
 }
+
+# Starts the Slurm test cluster (tests/slurm/slurm_cluster.sh) in network mode: NODES slurmd
+# (default 2), each in its own emulated network node behind a LINK-capped link (e.g. 20mbit).
+# Its state lives in $WORK/s (short: munge's unix socket is there); on exit the cluster is stopped
+# before $WORK goes. Sets SLURM_CLUSTER and exports SLURM_CONF for sinfo/srun/sbatch.
+start_netns_slurm() {
+  local link="$1" nodes="${2:-2}"
+  export HT_SLURM_DIR="$WORK/s" HT_SLURM_NETNS=1 HT_SLURM_LINK="$link" HT_SLURM_NODES="$nodes"
+  SLURM_CLUSTER="$HPCTRAIN_SOURCE_DIR/tests/slurm/slurm_cluster.sh"
+  trap stop_netns_slurm EXIT
+  timeout 120 "$SLURM_CLUSTER" start || fail "slurm_cluster.sh start (HT_SLURM_NETNS=1, $link, $nodes nodes) failed"
+  export SLURM_CONF="$HT_SLURM_DIR/slurm.conf"
+}
+stop_netns_slurm() { "$SLURM_CLUSTER" stop >/dev/null 2>&1; cleanup; }

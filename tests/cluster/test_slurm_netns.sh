@@ -8,13 +8,7 @@ need_prereqs mpicc srun sbatch munged slurmctld slurmd
 new_work slurm
 probe=$(mpicc_into_work "$HPCTRAIN_SOURCE_DIR/jobs/cluster/allreduce_probe.c")
 before=$(net_snapshot)
-# Short: munge's unix socket lives in the state dir.
-export HT_SLURM_DIR="$WORK/s" HT_SLURM_NETNS=1 HT_SLURM_LINK=100mbit HT_SLURM_NODES=2
-SLURM_CLUSTER="$HPCTRAIN_SOURCE_DIR/tests/slurm/slurm_cluster.sh"
-stop_slurm() { "$SLURM_CLUSTER" stop >/dev/null 2>&1; cleanup; }
-trap stop_slurm EXIT
-timeout 120 "$SLURM_CLUSTER" start || fail "slurm_cluster.sh start (HT_SLURM_NETNS=1) failed"
-export SLURM_CONF="$HT_SLURM_DIR/slurm.conf"
+start_netns_slurm 100mbit 2
 nodes=$(timeout 10 sinfo -h -N -o %N | sort | tr '\n' ' ')
 [ "$nodes" = "node1 node2 " ] || fail "nodes are '$nodes', expected node1 node2"
 

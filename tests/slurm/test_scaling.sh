@@ -20,12 +20,7 @@ need_prereqs mpicc srun sbatch munged slurmctld slurmd gnuplot python3
 PY=$(python3 -c "import sys; sys.path.insert(0, '$HPCTRAIN_SOURCE_DIR/jobs/bench'); import scaling_emulate as se; print(se.venv_python(None) or '')")
 [ -n "$PY" ] || skip "no Python with torch for the PyTorch reference (run ./scripts/setup-python.sh)"
 new_work scaling
-export HT_SLURM_DIR="$WORK/s" HT_SLURM_NETNS=1 HT_SLURM_LINK=20mbit HT_SLURM_NODES=2
-SLURM_CLUSTER="$HPCTRAIN_SOURCE_DIR/tests/slurm/slurm_cluster.sh"
-stop_slurm() { "$SLURM_CLUSTER" stop >/dev/null 2>&1; cleanup; }
-trap stop_slurm EXIT
-timeout 120 "$SLURM_CLUSTER" start || fail "slurm_cluster.sh start (HT_SLURM_NETNS=1, 20mbit) failed"
-export SLURM_CONF="$HT_SLURM_DIR/slurm.conf"
+start_netns_slurm 20mbit 2
 
 cd "$WORK" || exit 1
 cat /usr/share/games/fortunes/{fortunes,literature,science,wisdom} 2>/dev/null | head -c 400000 >fortunes.txt

@@ -2,7 +2,8 @@
 # Runs the README's test command (./scripts/test.sh, what .ci/run runs) N times, each in a fresh
 # `git clone` of the current commit in a temporary directory, with a CPU hog busy on one core beside
 # it (a loaded machine is where timing assumptions in tests break). Prints, per run, PASS or FAIL,
-# the failing tests and the run's wall time; exits 1 if any run failed.
+# the failing tests, the run's wall time and what the run left new in the temp directory (a suite
+# run should leave nothing there); exits 1 if any run failed.
 #
 #   scripts/stress-tests.sh N [--no-hog] [--keep] [--dry-run] [-- CTEST_ARGS...]
 #
@@ -72,6 +73,10 @@ start_hog() {
 failed_tests() {
   sed -n '/The following tests FAILED:/,$ s/^[[:space:]]*[0-9][0-9]* - \(.*\)$/\1/p' "$1" | paste -sd ',' - | sed 's/,/, /g'
 }
+# What a run leaves behind in the temp directory (top-level names; anything else on the machine that
+# writes there shows up too, so it is reported, not failed).
+TMP_ROOT="${TMPDIR:-/tmp}"
+tmp_entries() { ls -A "$TMP_ROOT" | sort; }
 fmt_time() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 
 echo "stress-tests: $N run(s) of ./scripts/test.sh${CTEST_ARGS[*]:+ ${CTEST_ARGS[*]}} on ${COMMIT:0:12} ($SUBJECT)"
@@ -89,6 +94,7 @@ for i in $(seq 1 "$N"); do
     echo "stress-tests: run $i: cannot clone $ROOT at $COMMIT" >&2
     exit 2
   fi
+  tmp_before=$(tmp_entries)
   [ "$HOG" = 1 ] && start_hog
   set +e
   (cd "$CLONE/src" && ./scripts/test.sh "${CTEST_ARGS[@]}") >>"$log" 2>&1
@@ -106,10 +112,12 @@ for i in $(seq 1 "$N"); do
     fi
     line="run $i/$N: FAIL (exit $rc) in $(fmt_time "$took"): $names (log: $log)"
   fi
-  echo "stress-tests: $line"
-  results+=("$line")
   if [ "$KEEP" = 0 ]; then rm -rf "$CLONE"; else echo "stress-tests: run $i kept in $CLONE/src"; fi
   CLONE=""
+  left=$(comm -13 <(echo "$tmp_before") <(tmp_entries) | paste -sd ' ' -)
+  line+="; new in $TMP_ROOT: ${left:-nothing}"
+  echo "stress-tests: $line"
+  results+=("$line")
 done
 
 echo "stress-tests: ---- $((N - fails)) of $N run(s) passed (commit ${COMMIT:0:12}, hog $([ "$HOG" = 1 ] && echo on || echo off)) ----"

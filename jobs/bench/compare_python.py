@@ -131,7 +131,8 @@ def run_theirs(a, name, cfg, variant, overrides, recompute, bf16=False, timeout=
     out = os.path.join(a.out, "runs", name)
     shutil.rmtree(out, ignore_errors=True)
     cmd = [a.python, "-m", "torch.distributed.run", "--nproc_per_node", str(a.ranks), "--master_addr", "127.0.0.1",
-           "--master_port", str(a.port), "-m", "hpctrain_ref.train_ref", "--config", cfg, "--variant", variant,
+           "--master_port", str(a.port), "--log-dir", os.path.join(out, "torchrun-logs"),
+           "-m", "hpctrain_ref.train_ref", "--config", cfg, "--variant", variant,
            "--out", out, "--init", a.init, *sum((["--set", o] for o in overrides), [])]
     if recompute:
         cmd.append("--recompute")

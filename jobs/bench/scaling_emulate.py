@@ -180,7 +180,8 @@ def run_ref(a, name, nodes, variant, n_local):
     os.makedirs(out, exist_ok=True)
     sets = [f"local_sgd.steps={n_local}"] if variant == "accel" else []
     py = [a.python, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc_per_node", "1",
-          "--master_addr", "10.77.0.1", "--master_port", str(a.port), "--max_restarts", "0"]
+          "--master_addr", "10.77.0.1", "--master_port", str(a.port), "--max_restarts", "0",
+          "--log-dir", os.path.join(out, "torchrun-logs")]
     ref = ["-m", "hpctrain_ref.train_ref", "--config", a.cfg, "--variant", variant, "--out", out, "--init", a.init,
            *sum((["--set", s] for s in sets), [])]
     env = env_base()

@@ -231,7 +231,8 @@ def run_mode(a, index, mode, target, budget_s, steps):
         ref = ["-m", "hpctrain_ref.train_ref", "--config", cfg, "--variant", what, "--out", out, "--init", a.init,
                *sum((["--set", s] for s in sets), [])]
         env.update(MASTER_ADDR=a.master_addr, MASTER_PORT=str(a.master_port + index), REF_PYTHON=a.python,
-                   REF_LAUNCHER=a.ref_launcher, REF_NPROC_PER_NODE=str(a.per_node))
+                   REF_LAUNCHER=a.ref_launcher, REF_NPROC_PER_NODE=str(a.per_node),
+                   REF_LOG_DIR=os.path.join(out, "torchrun-logs"))
         if a.ref_launcher == "torchrun":  # one torchrun per node, which starts the node's ranks
             cmd = srun(a, 1, "--mpi=none", f"--cpus-per-task={a.per_node * a.cpus}") + ["bash", REF_TASK, *ref]
         else:                             # one srun task per rank

@@ -218,7 +218,8 @@ def run_mode(a, mode, name, seed, target, budget_s, steps):
         env.update(GLOO_SOCKET_IFNAME="eth0", TP_SOCKET_IFNAME="eth0")
         sets = [f"local_sgd.steps={n_local}"] if what != "ddp" else []
         py = [a.python, "-m", "torch.distributed.run", "--nnodes", str(a.nodes), "--nproc_per_node",
-              str(a.ranks_per_node), "--master_addr", "10.77.0.1", "--master_port", str(a.port), "--max_restarts", "0"]
+              str(a.ranks_per_node), "--master_addr", "10.77.0.1", "--master_port", str(a.port), "--max_restarts", "0",
+              "--log-dir", os.path.join(out, "torchrun-logs")]
         ref = ["-m", "hpctrain_ref.train_ref", "--config", cfg, "--variant", what, "--out", out, "--init", a.init,
                *sum((["--set", s] for s in sets), [])]
         procs = [subprocess.Popen([se.EMU, "exec", f"node{k + 1}", *py, "--node_rank", str(k), *ref],

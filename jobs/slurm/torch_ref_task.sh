@@ -7,6 +7,8 @@
 #             RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID.
 # Both rendezvous at MASTER_ADDR:MASTER_PORT (the first node of SLURM_JOB_NODELIST; the driver sets
 # both). Arguments: what follows `python` (e.g. -m hpctrain_ref.train_ref --config ... --variant ddp).
+# REF_LOG_DIR (optional): torchrun's --log-dir (else torchrun makes a torchelastic_* directory in
+# the node's TMPDIR and leaves it there).
 # GLOO_SOCKET_IFNAME (gloo's interface), unless set: the interface this node reaches MASTER_ADDR by,
 # so that gloo does not depend on the node's hostname resolving.
 set -euo pipefail
@@ -27,7 +29,7 @@ case "$REF_LAUNCHER" in
   torchrun)
     exec "$REF_PYTHON" -m torch.distributed.run --nnodes "${SLURM_NNODES:?}" --node_rank "${SLURM_NODEID:?}" \
       --nproc_per_node "${REF_NPROC_PER_NODE:-1}" --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
-      --max_restarts 0 "$@" ;;
+      --max_restarts 0 ${REF_LOG_DIR:+--log-dir "$REF_LOG_DIR"} "$@" ;;
   srun)
     export RANK="${SLURM_PROCID:?}" WORLD_SIZE="${SLURM_NTASKS:?}" LOCAL_RANK="${SLURM_LOCALID:?}"
     export LOCAL_WORLD_SIZE="${REF_NPROC_PER_NODE:-1}"

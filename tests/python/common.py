@@ -47,8 +47,10 @@ def free_port():
 def run_reference(out, config, overrides, variant="single", ranks=1, extra=(), log=None):
     cmd = [sys.executable]
     if ranks > 1:
+        # --log-dir: torchrun's per-job directory goes into the run's own directory, not a
+        # torchelastic_* directory in /tmp that nothing removes.
         cmd += ["-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_addr", "127.0.0.1",
-                "--master_port", str(free_port())]
+                "--master_port", str(free_port()), "--log-dir", os.path.join(out, "torchrun-logs")]
     cmd += ["-m", "hpctrain_ref.train_ref", "--config", config, "--variant", variant, "--out", out, *extra]
     for o in overrides:
         cmd += ["--set", o]

@@ -36,6 +36,13 @@ prepare_data)
   ;;
 stop)
   [ -f "$marker" ] && { rm -f "$marker"; exit 0; }
-  exec "$here/slurm_cluster.sh" stop
+  "$here/slurm_cluster.sh" stop || exit 1
+  # The state directory (20+ MB of job outputs, under /tmp for munge's short socket path) goes with
+  # the cluster, so that a suite run leaves nothing in /tmp; the daemons' logs stay beside the build
+  # (slurm-logs/ in this test's directory) for a post-mortem. HT_KEEP_TEST_DIRS=1 keeps it all.
+  if [ "${HT_KEEP_TEST_DIRS:-0}" = 0 ]; then
+    rm -rf slurm-logs && { [ ! -d "$HT_SLURM_DIR/log" ] || cp -r "$HT_SLURM_DIR/log" slurm-logs; }
+    rm -rf "$HT_SLURM_DIR"
+  fi
   ;;
 esac

@@ -16,16 +16,13 @@
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "io/h5.h"
+#include "support/temp_dir.h"
 
 namespace ht::data::fixtures {
 
 inline constexpr int64_t kModulo = 251;  // token i of a synthetic file is i % kModulo
 
-inline std::string make_temp_dir() {
-  char tmpl[] = "/tmp/ht_data_test_XXXXXX";
-  const char* d = ::mkdtemp(tmpl);
-  return d ? std::string(d) : std::string("/tmp");
-}
+inline std::string make_temp_dir() { return ht::test::make_temp_dir("ht_data_test_"); }
 
 inline void write_root(hid_t f, const std::string& task, int64_t vocab) {
   io::set_attr(f, "format", std::string(kFormatName));

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "support/temp_dir.h"
 
 using namespace ht::data;
 
@@ -43,11 +44,7 @@ std::vector<std::string> edge_cases() {
           "caf\xc3\xa9 \xc2\xa0nbsp", "<eos> literal", "x<pad>y", std::string(200, ' ') + "z", "the   fox"};
 }
 
-std::string temp_dir() {
-  char tmpl[] = "/tmp/ht_hf_tokenizer_test_XXXXXX";
-  const char* d = ::mkdtemp(tmpl);
-  return d ? std::string(d) : std::string("/tmp");
-}
+std::string temp_dir() { return ht::test::make_temp_dir("ht_hf_tokenizer_test_"); }
 
 std::string hex(const std::string& bytes) {
   static const char* digits = "0123456789abcdef";

@@ -16,17 +16,14 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "support/temp_dir.h"
 
 using namespace ht::io;
 
 namespace {
 
 std::string dir() {
-  static const std::string d = [] {
-    char tmpl[] = "/tmp/ht_safetensors_test_XXXXXX";
-    const char* p = ::mkdtemp(tmpl);
-    return p ? std::string(p) : std::string("/tmp");
-  }();
+  static const std::string d = ht::test::make_temp_dir("ht_safetensors_test_");
   return d;
 }
 

@@ -9,15 +9,12 @@
 #include "comm/communicator.h"
 #include "config/config.h"
 #include "model/gpt.h"
+#include "support/temp_dir.h"
 #include "train/inspect.h"
 
 namespace {
 
-std::string temp_dir() {
-  char tmpl[] = "/tmp/ht_inspect_XXXXXX";
-  const char* d = ::mkdtemp(tmpl);
-  return d ? std::string(d) : std::string("/tmp");
-}
+std::string temp_dir() { return ht::test::make_temp_dir("ht_inspect_"); }
 
 // A checkpoint holding the tensors of a model with `tensor_layers` blocks and a config saying `config_layers`.
 std::string write_checkpoint(const std::string& dir, int64_t tensor_layers, int64_t config_layers) {

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "support/temp_dir.h"
 
 using namespace ht::train;
 
@@ -41,11 +42,7 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
-std::string temp_dir() {
-  char tmpl[] = "/tmp/ht_tensorboard_test_XXXXXX";
-  const char* d = ::mkdtemp(tmpl);
-  return d ? std::string(d) : std::string("/tmp");
-}
+std::string temp_dir() { return ht::test::make_temp_dir("ht_tensorboard_test_"); }
 
 }  // namespace
 

@@ -83,13 +83,15 @@ void expect_replicas_bitwise_equal(ht::comm::Communicator& comm, const std::vect
   for (int r = 0; r < comm.size(); ++r) EXPECT_TRUE(torch::equal(all[r], mine)) << "rank " << r << " differs";
 }
 
+// Trains `steps` steps; the final parameters, and the strategy's counters when `stats` is given.
 std::vector<torch::Tensor> run(ht::comm::Communicator& comm, LocalSgdConfig cfg, int steps, bool finish = true,
-                               bool free_grads = false) {
+                               bool free_grads = false, ht::train::SyncStats* stats = nullptr) {
   Replica rep(comm.rank());
   rep.free_grads = free_grads;
   auto dp = rep.strategy(comm, cfg);
   for (int s = 0; s < steps; ++s) rep.train_step(*dp, comm.rank(), s);
   if (finish) dp->finish();
+  if (stats) *stats = dp->stats();
   std::vector<torch::Tensor> out;
   for (auto& p : rep.params()) out.push_back(p.detach().clone());
   return out;
@@ -212,11 +214,18 @@ TEST(LocalSgd, SixteenBitExchangeStaysCloseToFp32) {
 
 TEST(LocalSgd, StagingPathGivesTheSameParamsAsDirectPath) {
   auto comm = ht::comm::make_mpi_world();
-  auto direct = run(*comm, local(2), 6);
+  ht::train::SyncStats direct_stats, staged_stats;
+  auto direct = run(*comm, local(2), 6, true, false, &direct_stats);
   setenv("HPCTRAIN_COMM_FORCE_STAGING", "1", 1);
-  auto staged = run(*comm, local(2), 6);
+  auto staged = run(*comm, local(2), 6, true, false, &staged_stats);
   unsetenv("HPCTRAIN_COMM_FORCE_STAGING");
   expect_close(direct, staged, 0);
+  // The path each run claims: 3 syncs in 6 steps, every one through the host buffer when forced, none
+  // otherwise (equal parameters alone would pass if the variable were ignored).
+  EXPECT_EQ(direct_stats.syncs, 3);
+  EXPECT_EQ(direct_stats.staged_transfers, 0);
+  EXPECT_EQ(staged_stats.syncs, 3);
+  EXPECT_GE(staged_stats.staged_transfers, staged_stats.syncs) << "HPCTRAIN_COMM_FORCE_STAGING=1 never staged";
 }
 
 TEST(LocalSgd, DriftIsZeroAfterSyncAndPositiveAfterLocalSteps) {

@@ -5,6 +5,7 @@
 
 #include "config/config.h"
 #include "core/error.h"
+#include "support/temp_dir.h"
 
 using ht::config::Config;
 
@@ -79,7 +80,7 @@ TEST(Config, MetricsFileIsANameInsideTheOutputDir) {
 }
 
 TEST(Config, FileErrorsNameKeyAndType) {
-  const std::string path = testing::TempDir() + "/bad.toml";
+  const std::string path = ht::test::make_temp_dir("ht_config_test_") + "/bad.toml";
   std::ofstream(path) << "[model]\nn_layer = \"four\"\n";
   EXPECT_NE(error_of({}, path).find("model.n_layer"), std::string::npos);
   std::ofstream(path) << "[modle]\nn_layer = 4\n";
@@ -90,7 +91,7 @@ TEST(Config, FileErrorsNameKeyAndType) {
 
 TEST(Config, DumpRoundTrips) {
   auto c = ht::config::load("", {"model.n_layer=6", "data.path=/tmp/x y.h5", "train.lr=0.00025"});
-  const std::string path = testing::TempDir() + "/dump.toml";
+  const std::string path = ht::test::make_temp_dir("ht_config_test_") + "/dump.toml";
   std::ofstream(path) << ht::config::to_toml(c);
   auto d = ht::config::load(path, {});
   EXPECT_EQ(ht::config::to_toml(d), ht::config::to_toml(c));

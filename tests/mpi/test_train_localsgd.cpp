@@ -83,15 +83,35 @@ void expect_replicas_bitwise_equal(ht::comm::Communicator& comm, const std::vect
   for (int r = 0; r < comm.size(); ++r) EXPECT_TRUE(torch::equal(all[r], mine)) << "rank " << r << " differs";
 }
 
-// Trains `steps` steps; the final parameters, and the strategy's counters when `stats` is given.
-std::vector<torch::Tensor> run(ht::comm::Communicator& comm, LocalSgdConfig cfg, int steps, bool finish = true,
-                               bool free_grads = false, ht::train::SyncStats* stats = nullptr) {
+struct RunOptions {
+  bool finish = true;                     // finish() the strategy (its closing sync) before reading the parameters
+  bool free_grads = false;                // free the gradients after each step instead of keeping them in the flat buffer
+  ht::train::SyncStats* stats = nullptr;  // where to copy the strategy's counters, if anywhere
+};
+RunOptions unfinished() {
+  RunOptions o;
+  o.finish = false;
+  return o;
+}
+RunOptions gradients(bool freed) {
+  RunOptions o;
+  o.free_grads = freed;
+  return o;
+}
+RunOptions counted(ht::train::SyncStats* stats) {
+  RunOptions o;
+  o.stats = stats;
+  return o;
+}
+
+// Trains `steps` steps and returns the final parameters.
+std::vector<torch::Tensor> run(ht::comm::Communicator& comm, LocalSgdConfig cfg, int steps, const RunOptions& opt = {}) {
   Replica rep(comm.rank());
-  rep.free_grads = free_grads;
+  rep.free_grads = opt.free_grads;
   auto dp = rep.strategy(comm, cfg);
   for (int s = 0; s < steps; ++s) rep.train_step(*dp, comm.rank(), s);
-  if (finish) dp->finish();
-  if (stats) *stats = dp->stats();
+  if (opt.finish) dp->finish();
+  if (opt.stats) *opt.stats = dp->stats();
   std::vector<torch::Tensor> out;
   for (auto& p : rep.params()) out.push_back(p.detach().clone());
   return out;
@@ -144,7 +164,7 @@ TEST(LocalSgd, NEqualsOneWithPlainSgdMatchesGradientAveraging) {
   auto sync_grads = run(*comm, dp, 10);
   auto local_sgd = run(*comm, local(1), 10);
   expect_close(sync_grads, local_sgd, 1e-5);
-  auto independent = run(*comm, local(1000), 10, /*finish=*/false);  // sanity: the data differ per rank
+  auto independent = run(*comm, local(1000), 10, unfinished());  // sanity: the data differ per rank
   if (comm->rank() == 1) {
     double diff = 0;
     for (size_t i = 0; i < independent.size(); ++i) diff += (independent[i] - sync_grads[i]).abs().sum().item<double>();
@@ -157,13 +177,13 @@ TEST(LocalSgd, NEqualsOneWithPlainSgdMatchesGradientAveraging) {
 TEST(LocalSgd, KeptGradientsAverageBitwiseLikeFreedOnes) {
   auto comm = ht::comm::make_mpi_world();
   LocalSgdConfig dp;
-  auto kept = run(*comm, dp, 6, true, /*free_grads=*/false);
-  auto freed = run(*comm, dp, 6, true, /*free_grads=*/true);
+  auto kept = run(*comm, dp, 6, gradients(/*freed=*/false));
+  auto freed = run(*comm, dp, 6, gradients(/*freed=*/true));
   for (size_t i = 0; i < kept.size(); ++i) EXPECT_TRUE(torch::equal(kept[i], freed[i])) << "tensor " << i;
 
   for (bool overlap : {false, true}) {
     dp.overlap_grad_allreduce = overlap;
-    auto k = run(*comm, dp, 6, true, false), f = run(*comm, dp, 6, true, true);
+    auto k = run(*comm, dp, 6, gradients(false)), f = run(*comm, dp, 6, gradients(true));
     for (size_t i = 0; i < k.size(); ++i) EXPECT_TRUE(torch::equal(k[i], f[i])) << "tensor " << i;
   }
   {  // overlapped: the gradients are created in the flat buffer up front (the first step's hooks need them there)
@@ -215,9 +235,9 @@ TEST(LocalSgd, SixteenBitExchangeStaysCloseToFp32) {
 TEST(LocalSgd, StagingPathGivesTheSameParamsAsDirectPath) {
   auto comm = ht::comm::make_mpi_world();
   ht::train::SyncStats direct_stats, staged_stats;
-  auto direct = run(*comm, local(2), 6, true, false, &direct_stats);
+  auto direct = run(*comm, local(2), 6, counted(&direct_stats));
   setenv("HPCTRAIN_COMM_FORCE_STAGING", "1", 1);
-  auto staged = run(*comm, local(2), 6, true, false, &staged_stats);
+  auto staged = run(*comm, local(2), 6, counted(&staged_stats));
   unsetenv("HPCTRAIN_COMM_FORCE_STAGING");
   expect_close(direct, staged, 0);
   // The path each run claims: 3 syncs in 6 steps, every one through the host buffer when forced, none

@@ -28,7 +28,6 @@ runs/<point>/ (metrics, logs). --smoke: 1 node, then 2 nodes at 100 Mbit/s with 
 dp-overlap, lsgd8 and ddp, 24 steps, target at step 12 (< 2 minutes on 2 cores).
 """
 import argparse
-import csv
 import datetime
 import glob
 import json
@@ -352,17 +351,16 @@ def write_csv(path, points):
             "tokens_per_s_steady", "step_s_median", "comm_fraction", "syncs", "sync_s", "bytes_per_sync",
             "bytes_sent", "param_bytes", "wire_total", "wire_model", "wire_over_model", "r", "target", "tts",
             "tts_step", "final_eval_loss", "compute_step_s", "error"]
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        for p in points:
-            s = p.get("summary") or {}
-            row = {k: s.get(k) for k in keys if k in s}
-            row.update({k: p.get(k) for k in ("nodes", "link", "mode", "r", "target", "tts", "tts_step",
-                                                "compute_step_s", "error")})
-            row["link_bits"] = link_bits(p["link"])
-            row["final_eval_loss"] = (s["eval"][-1][1] if s.get("eval") else s.get("val_loss")) if s else None
-            w.writerow(row)
+    rows = []
+    for p in points:
+        s = p.get("summary") or {}
+        row = {k: s.get(k) for k in keys if k in s}
+        row.update({k: p.get(k) for k in ("nodes", "link", "mode", "r", "target", "tts", "tts_step",
+                                            "compute_step_s", "error")})
+        row["link_bits"] = link_bits(p["link"])
+        row["final_eval_loss"] = (s["eval"][-1][1] if s.get("eval") else s.get("val_loss")) if s else None
+        rows.append([row.get(k) for k in keys])
+    rep.write_csv(path, keys, rows)
 
 
 def plot(a, points):

@@ -25,7 +25,6 @@ run that never exchanges)), and the evaluation's standard error. Plot: eval loss
 seconds, one curve per mode, one panel per link (seed 1).
 """
 import argparse
-import csv
 import datetime
 import json
 import math
@@ -381,14 +380,13 @@ unset multiplot
 
 
 def write_csv(a, results):
-    with open(os.path.join(a.out, "ttq.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["link", "mode", "seed", "target", "tts_s", "tts_step", "bytes_to_target", "train_s", "steps",
-                    "final_eval_loss", "stderr", "wire_bytes", "stopped_by_budget", "error"])
-        for (link, mode, seed), s in sorted(results.items()):
-            w.writerow([link, mode, seed, s.get("target"), s.get("tts"), s.get("tts_step"), s.get("bytes_to_target"),
-                        s.get("train_s"), s.get("steps"), s["evals"][-1][1] if s.get("evals") else None,
-                        s.get("stderr"), s.get("wire"), s.get("stopped_by_budget"), s.get("error")])
+    rep.write_csv(os.path.join(a.out, "ttq.csv"),
+                  ["link", "mode", "seed", "target", "tts_s", "tts_step", "bytes_to_target", "train_s", "steps",
+                   "final_eval_loss", "stderr", "wire_bytes", "stopped_by_budget", "error"],
+                  [[link, mode, seed, s.get("target"), s.get("tts"), s.get("tts_step"), s.get("bytes_to_target"),
+                    s.get("train_s"), s.get("steps"), s["evals"][-1][1] if s.get("evals") else None,
+                    s.get("stderr"), s.get("wire"), s.get("stopped_by_budget"), s.get("error")]
+                   for (link, mode, seed), s in sorted(results.items())])
 
 
 def main(argv):

@@ -30,45 +30,21 @@ import statistics
 import subprocess
 import sys
 
+import bench_config
 import op_profile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PYDIR = os.path.join(ROOT, "tests", "python")
-MODEL = """
-[model]
-n_layer = {n_layer}
-n_head = {n_head}
-vocab_size = {vocab_size}
-d_model = {d_model}
-seq_len = {seq_len}
-dropout = 0.0
-[data]
-path = "{data}"
-shuffle = true
-seed = 1234
-[train]
-micro_batch_size = {micro_batch}
-grad_accum_steps = 1
-max_steps = {steps}
-lr = 2e-3
-min_lr = 2e-4
-warmup_steps = 5
-lr_schedule = "cosine"
-weight_decay = 0.1
-grad_clip = 1.0
-threads = {threads}
-seed = 42
-device = "cpu"
-[eval]
-strategy = "steps"
-every_steps = {steps}
-batch_size = 16
-max_batches = {eval_batches}
-[checkpoint]
-save_final = false
-[log]
-every_steps = 1
-"""
+
+
+def write_config(a, path, data):
+    """One evaluation at the last step, on the first eval_batches batches of the validation split."""
+    return bench_config.write(path, {
+        "model": {"n_layer": a.n_layer, "n_head": a.n_head, "vocab_size": a.vocab_size, "d_model": a.d_model,
+                  "seq_len": a.seq_len},
+        "data": {"path": data, "seed": 1234},
+        "train": {"micro_batch_size": a.micro_batch, "max_steps": a.steps, "threads": a.threads},
+        "eval": {"strategy": "steps", "every_steps": a.steps, "batch_size": 16, "max_batches": a.eval_batches}})
 
 
 class RunFailed(Exception):
@@ -320,11 +296,7 @@ def main():
             print(f"compare_python: hpctrain prepare failed ({e}); writing {data} with hpctrain_ref.make_dataset")
             sh([a.python, "-m", "hpctrain_ref.make_dataset", data, "--max-docs", "4000"],
                os.path.join(a.out, "prepare.log"), base_env(), 600)
-    a.cfg = os.path.join(a.out, "bench.toml")
-    open(a.cfg, "w").write(MODEL.format(data=data, steps=a.steps, threads=a.threads, n_layer=a.n_layer,
-                                        vocab_size=a.vocab_size,
-                                        d_model=a.d_model, n_head=a.n_head, seq_len=a.seq_len, micro_batch=a.micro_batch,
-                                        eval_batches=a.eval_batches))
+    a.cfg = write_config(a, os.path.join(a.out, "bench.toml"), data)
     # Identical initial weights: our seed's init, unchanged by one step at lr 1e-30.
     init_weights(a)
     results = {}

@@ -41,6 +41,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_config  # noqa: E402
 import run_report as rep  # noqa: E402  (reaches: the target comparison of every benchmark)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -64,41 +65,15 @@ MODES = {
 FULL_MODES = list(MODES)
 SMOKE_MODES = ["dp", "dp-overlap", "lsgd8", "ddp"]
 
-BASE = """
-[model]
-n_layer = {n_layer}
-n_head = 4
-d_model = {d_model}
-seq_len = {seq_len}
-dropout = 0.0
-[data]
-path = "{data}"
-shuffle = true
-seed = 1234
-[train]
-micro_batch_size = {micro_batch}
-grad_accum_steps = 1
-max_steps = {steps}
-lr = 2e-3
-min_lr = 2e-4
-warmup_steps = {lr_warmup}
-lr_schedule = "cosine"
-weight_decay = 0.1
-grad_clip = 1.0
-threads = 1
-seed = 42
-device = "cpu"
-[eval]
-strategy = "steps"
-every_steps = {eval_every}
-batch_size = 16
-max_batches = {eval_batches}
-[checkpoint]
-every_steps = 0
-save_final = false
-[log]
-every_steps = 1
-"""
+
+def write_config(a, path, data):
+    """A cosine schedule over the run's steps (warmup a quarter of them, at most 30), one thread per rank."""
+    return bench_config.write(path, {
+        "model": {"n_layer": a.n_layer, "n_head": 4, "d_model": a.d_model, "seq_len": a.seq_len},
+        "data": {"path": data, "seed": 1234},
+        "train": {"micro_batch_size": a.micro_batch, "max_steps": a.steps, "warmup_steps": min(30, a.steps // 4),
+                  "threads": 1},
+        "eval": {"strategy": "steps", "every_steps": a.eval_every, "batch_size": 16, "max_batches": a.eval_batches}})
 
 
 class RunFailed(Exception):
@@ -471,11 +446,7 @@ def main(argv):
     if not os.path.exists(data):
         sh([a.hpctrain, "prepare", "--input", "/usr/share/games/fortunes", "--output", data],
            os.path.join(a.out, "prepare.log"), 600)
-    a.cfg = os.path.join(a.out, "bench.toml")
-    open(a.cfg, "w").write(BASE.format(data=os.path.abspath(data), steps=a.steps, n_layer=a.n_layer,
-                                       d_model=a.d_model, seq_len=a.seq_len, micro_batch=a.micro_batch,
-                                       eval_every=a.eval_every, eval_batches=a.eval_batches,
-                                       lr_warmup=min(30, a.steps // 4)))
+    a.cfg = write_config(a, os.path.join(a.out, "bench.toml"), os.path.abspath(data))
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     t_start = time.time()
     if wants_ref:

@@ -6,7 +6,7 @@ jobs/slurm/scaling.sbatch runs it on the batch node; every run is an srun step o
   sbatch --nodes=4 --export=ALL,MODES=ddp,dp,lsgd8,stream16-i4 jobs/slurm/scaling.sbatch
   jobs/bench/slurm_scaling.py --out DIR [--modes ddp,dp,lsgd8] [--target-step 16] ...   (inside salloc)
 
-The modes are those of jobs/bench/time_to_quality.py (MODES, and the same config template BASE):
+The modes are those of jobs/bench/time_to_quality.py (MODES, and the same configs, through its write_config):
 ddp/pma8/accel8 are the reference, the others hpctrain; NAME:key=value+key=value adds one. In order:
   1. the link between the nodes, measured once: jobs/cluster/allreduce_probe.c (mpicc) with one rank
      per node, a small message (latency alpha) and --probe-bytes (rate B: bytes on the node's
@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cost_model as cm  # noqa: E402
 import run_report as rep  # noqa: E402
 import scaling_emulate as se  # noqa: E402  (sh, env_base, link_bits, venv_python, RunFailed)
-import time_to_quality as ttq  # noqa: E402  (MODES, BASE via write_config and add_config_args, resolve_modes, watch)
+import time_to_quality as ttq  # noqa: E402  (MODES, write_config and add_config_args, resolve_modes, watch)
 
 ROOT = se.ROOT
 REF_TASK = os.path.join(ROOT, "jobs", "slurm", "torch_ref_task.sh")

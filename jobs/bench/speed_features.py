@@ -20,15 +20,16 @@ import statistics
 import subprocess
 import sys
 
+import bench_config
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHAPES = {
     "demo": ["model.n_layer=4", "model.d_model=128", "model.n_head=4", "model.seq_len=128"],
     "large": ["model.n_layer=4", "model.d_model=512", "model.n_head=8", "model.seq_len=256"],
 }
-BASE = ["model.dropout=0.0", "data.shuffle=true", "train.lr=2e-3", "train.min_lr=2e-4", "train.warmup_steps=5",
-        "train.lr_schedule=cosine", "train.weight_decay=0.1", "train.grad_clip=1.0", "train.seed=42",
-        "train.device=cpu", "local_sgd.enabled=false", "recompute.policy=none", "checkpoint.save_final=false",
-        "log.every_steps=1"]
+# The benchmarks' shared recipe, without evaluation (run() adds it) and on the plain paths the features
+# are measured against.
+BASE = bench_config.as_sets({"local_sgd": {"enabled": False}, "recompute": {"policy": "none"}})
 
 
 def env():

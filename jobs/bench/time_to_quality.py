@@ -37,6 +37,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_config  # noqa: E402
 import run_report as rep  # noqa: E402  (reaches, TARGET_TOLERANCE)
 import scaling_emulate as se  # noqa: E402  (the emulated cluster, the reference runs, init weights)
 
@@ -69,41 +70,6 @@ MODES = {
     "hier8": ("ours", LSGD + ["local_sgd.steps=8", "local_sgd.group_size=0"], 8),
 }
 NOCOMM = LSGD + ["local_sgd.steps=1000000"]  # never exchanges: the compute-only step time
-
-BASE = """
-[model]
-n_layer = {n_layer}
-n_head = 4
-d_model = {d_model}
-seq_len = {seq_len}
-[data]
-path = "{data}"
-seed = {seed}
-[train]
-micro_batch_size = {micro_batch}
-max_steps = {steps}
-lr = {lr}
-min_lr = 0.0
-warmup_steps = {lr_warmup}
-lr_schedule = "constant"
-weight_decay = 0.1
-grad_clip = 1.0
-threads = 1
-seed = 42
-device = "cpu"
-target_eval_loss = {target_stop}
-[eval]
-strategy = "steps"
-every_steps = {eval_every}
-batch_size = 16
-max_batches = {eval_batches}
-[checkpoint]
-every_steps = 0
-save_final = false
-[log]
-every_steps = 1
-plot = false
-"""
 
 
 def resolve_modes(spec):
@@ -169,12 +135,16 @@ def add_config_args(p, *, eval_batches=0, lr_warmup=16, n_layer=4, d_model=128, 
 
 
 def write_config(a, name, seed, steps, target):
-    path = os.path.join(a.out, f"{name}.toml")
-    with open(path, "w") as f:
-        f.write(BASE.format(data=a.data, seed=seed, steps=steps, n_layer=a.n_layer, d_model=a.d_model,
-                            seq_len=a.seq_len, micro_batch=a.micro_batch, lr=a.lr, lr_warmup=a.lr_warmup,
-                            target_stop=target + rep.TARGET_TOLERANCE if target else 0.0, eval_every=a.eval_every, eval_batches=a.eval_batches))
-    return path
+    """A constant learning rate after warmup (the schedule must not depend on where a mode stops), the data
+    order of `seed`, and the run stopping itself once its eval loss reaches `target` (0: never)."""
+    return bench_config.write(os.path.join(a.out, f"{name}.toml"), {
+        "model": {"n_layer": a.n_layer, "n_head": 4, "d_model": a.d_model, "seq_len": a.seq_len},
+        "data": {"path": a.data, "seed": seed},
+        "train": {"micro_batch_size": a.micro_batch, "max_steps": steps, "lr": a.lr, "min_lr": 0.0,
+                  "warmup_steps": a.lr_warmup, "lr_schedule": "constant", "threads": 1,
+                  "target_eval_loss": target + rep.TARGET_TOLERANCE if target else 0.0},
+        "eval": {"strategy": "steps", "every_steps": a.eval_every, "batch_size": 16, "max_batches": a.eval_batches},
+        "log": {"plot": False}})
 
 
 def watch(procs, metrics_path, budget_s, timeout):

@@ -28,14 +28,15 @@ OuterRule outer_rule(const config::LocalSgdConfig& c) {
 
 LocalSgd::LocalSgd(torch::nn::Module& model, comm::Communicator& comm, const config::Config& cfg,
                    std::unique_ptr<comm::Communicator> group, std::unique_ptr<comm::Communicator> cross,
-                   std::unique_ptr<DataParallel> inner, std::unique_ptr<DataParallel> warmup)
+                   std::unique_ptr<DataParallel> inner, Warmup warmup)
     : DataParallel(model, comm, sync_tensors_of(model, cfg.local_sgd.average_buffers)),
       cfg_(cfg.local_sgd),
       group_(std::move(group)),
       cross_owned_(std::move(cross)),
       cross_(cross_owned_ ? cross_owned_.get() : &comm),
       inner_(std::move(inner)),
-      warmup_(std::move(warmup)) {
+      warmup_(std::move(warmup.world)),
+      warmup_shards_across_groups_(warmup.shards_across_groups) {
   HT_REQUIRE(cfg_.steps >= 1, ExitCode::kUsage, "local_sgd.steps = {} must be >= 1", cfg_.steps);
   HT_REQUIRE(cfg_.warmup_steps >= 0, ExitCode::kUsage, "local_sgd.warmup_steps = {} must be >= 0", cfg_.warmup_steps);
   HT_REQUIRE(cfg_.overlap_steps >= 0 && (cfg_.overlap_steps == 0 || cfg_.overlap_steps < cfg_.steps), ExitCode::kUsage,
@@ -137,9 +138,7 @@ void LocalSgd::before_backward(bool last_micro_batch) {
 void LocalSgd::after_backward() {
   if (!per_step_active()) return;
   per_step().after_backward();
-  // Zero1 in the groups has no world-wide twin for the warmup: its group-reduced shard is averaged
-  // across the groups (rank i of every group holds the same shard), which is the world's mean.
-  if (in_warmup() && !warmup_ && hierarchical()) average_gradients_across_groups();
+  if (in_warmup() && warmup_shards_across_groups_) average_gradients_across_groups();
 }
 
 void LocalSgd::average_gradients_across_groups() {
@@ -296,18 +295,19 @@ std::unique_ptr<DataParallel> make_local_sgd(torch::nn::Module& model, comm::Com
   if (cfg.train.shard_optimizer) {
     // check_world refused groups of one rank: each group is one replica, its ranks share its state.
     auto inner = std::make_unique<Zero1>(model, *group, cfg);
-    return std::make_unique<LocalSgd>(model, comm, cfg, std::move(group), std::move(cross), std::move(inner), nullptr);
+    return std::make_unique<LocalSgd>(model, comm, cfg, std::move(group), std::move(cross), std::move(inner),
+                                      LocalSgd::Warmup{nullptr, /*shards_across_groups=*/true});
   }
   std::shared_ptr<Optimizer> opt = make_optimizer(cfg.train, optimizer_params(model));
   // The per-step strategy runs inside the groups every step, or on every rank during warmup only.
   config::Config inner_cfg = cfg;
   if (g == 1 && l.warmup_steps == 0) inner_cfg.local_sgd.overlap_grad_allreduce = false;  // never runs
   auto inner = std::make_unique<SyncAllReduce>(model, g > 1 ? *group : comm, inner_cfg, opt);
-  std::unique_ptr<DataParallel> warmup;
+  LocalSgd::Warmup warmup;
   if (g > 1 && l.warmup_steps > 0) {
     config::Config w = cfg;
     w.local_sgd.overlap_grad_allreduce = false;  // the groups' strategy owns the gradient hooks
-    warmup = std::make_unique<SyncAllReduce>(model, comm, w, opt);
+    warmup.world = std::make_unique<SyncAllReduce>(model, comm, w, opt);
   }
   return std::make_unique<LocalSgd>(model, comm, cfg, std::move(group), std::move(cross), std::move(inner),
                                     std::move(warmup));

@@ -29,12 +29,19 @@ namespace ht::train {
 
 class LocalSgd final : public DataParallel {
  public:
+  // How warmup steps (local_sgd.warmup_steps) average gradients over the whole world.
+  struct Warmup {
+    // Every rank's per-step strategy, when the groups are not the whole world (else null).
+    std::unique_ptr<DataParallel> world;
+    // Zero1 in the groups has no world-wide twin: the group's reduced gradient shard is averaged
+    // again across the groups (rank i of every group holds the same shard), the world's mean.
+    bool shards_across_groups = false;
+  };
   // inner: the per-step strategy of a group (hierarchy), or of every rank during warmup; its
-  // optimizer is the one local SGD steps with. warmup: every rank's per-step strategy when the
-  // groups are not the whole world and warmup steps are asked for (else null).
+  // optimizer is the one local SGD steps with.
   LocalSgd(torch::nn::Module& model, comm::Communicator& comm, const config::Config& cfg,
            std::unique_ptr<comm::Communicator> group, std::unique_ptr<comm::Communicator> cross,
-           std::unique_ptr<DataParallel> inner, std::unique_ptr<DataParallel> warmup);
+           std::unique_ptr<DataParallel> inner, Warmup warmup);
   // Final exchange unless finish() already ran (never throws from the destructor: logs).
   ~LocalSgd() override;
 
@@ -96,6 +103,7 @@ class LocalSgd final : public DataParallel {
   std::unique_ptr<comm::Communicator> group_, cross_owned_, layout_comm_;
   comm::Communicator* cross_;  // cross_owned_, or the world when there is one rank per group
   std::unique_ptr<DataParallel> inner_, warmup_;
+  bool warmup_shards_across_groups_;  // Warmup::shards_across_groups
   std::unique_ptr<comm::ParamAverager> layout_;  // the flat layout of sync_tensors()
   std::unique_ptr<comm::ParamAverager> moment_avg_;
   std::unique_ptr<comm::ParamAverager> warmup_cross_avg_;  // warmup with Zero1 in the groups

@@ -4,7 +4,9 @@ jobs/bench/slurm_scaling.py (jobs/slurm/scaling.sbatch).
 A run is what `hpctrain train` (or the PyTorch reference, tests/python/hpctrain_ref) leaves in its
 output directory: metrics.jsonl, one JSON object per line; step lines carry step_seconds,
 tokens_per_s, bytes_sent (hpctrain also comm_seconds, syncs, grad_allreduces), evaluation lines
-eval_loss. Training seconds are the sum of step_seconds: evaluations and start-up do not count.
+eval_loss. Training seconds exclude evaluations and start-up: hpctrain's lines carry them
+(train_seconds, the sum over every step, also those log.every_steps does not log); for lines without
+the field (the reference logs every step) they are the running sum of step_seconds.
 """
 import csv
 import json
@@ -59,8 +61,15 @@ def summarize(rows, target=None, warmup=2):
     bytes per exchange over the steps after `warmup` (hpctrain's counters; None for the reference)."""
     steps = [r for r in rows if num(r.get("step_seconds")) is not None and "step" in r]
     cum, t = {}, 0.0
-    for r in steps:
-        t += r["step_seconds"]
+    for r in rows:
+        if "step" not in r:
+            continue
+        if num(r.get("train_seconds")) is not None:
+            t = r["train_seconds"]
+        elif num(r.get("step_seconds")) is not None:
+            t += r["step_seconds"]
+        else:
+            continue
         cum[r["step"]] = t
     evals = [(r["step"], r["eval_loss"]) for r in rows if num(r.get("eval_loss")) is not None and "step" in r]
     s = {"steps": steps[-1]["step"] if steps else 0, "train_s": t if steps else None,
@@ -82,7 +91,7 @@ def summarize(rows, target=None, warmup=2):
     if target:
         hit = next((st for st, loss in evals if reaches(loss, target) and st in cum), None)
         if hit is not None:
-            r = by_step[hit]
+            r = by_step.get(hit, {})  # an evaluation at a step log.every_steps did not log: no byte count
             s["tts"], s["tts_step"] = cum[hit], hit
             if num(r.get("bytes_sent")) is not None:
                 s["bytes_to_target"] = r["bytes_sent"] - (num(r.get("inner_bytes_sent")) or 0)

@@ -38,6 +38,10 @@ struct Snapshot {
   // The run this state belongs to (root attribute `run_id`): a resumed run continues its lineage,
   // and rotation only ever deletes files of its own run. Empty in files written before run ids.
   std::string run_id;
+  // Seconds of training steps along the run's history up to this state (rank 0's step times; root
+  // attribute `train_seconds`, not in /state: it is timing, not state, and differs between two
+  // runs that are otherwise bit-identical). 0 in files written before the attribute.
+  double train_seconds = 0.0;
   // Filled on load (ignored by save): the root attribute `step` and the file the snapshot came from.
   int64_t step = -1;
   std::string path;

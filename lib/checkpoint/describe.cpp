@@ -59,9 +59,10 @@ void describe_groups(std::ostringstream& out, const std::string& indent, const d
 void describe_contents(std::ostringstream& out, const detail::FileContents& c) {
   const auto& p = c.provenance;
   auto get = [&](const char* k) { auto it = p.find(k); return it == p.end() ? std::string("?") : it->second; };
-  out << fmt::format("format {} v{}, hpctrain {}, libtorch {}, written {} by {} rank(s)\nstep {}\n", get("format"),
+  const std::string seconds = get("train_seconds");  // "?" in files written before the attribute
+  out << fmt::format("format {} v{}, hpctrain {}, libtorch {}, written {} by {} rank(s)\nstep {}{}\n", get("format"),
                      get("format_version"), get("hpctrain_version"), get("torch_version"), get("time"),
-                     get("world_size"), get("step"));
+                     get("world_size"), get("step"), seconds == "?" ? "" : ", " + seconds + " training seconds");
   out << "\nstate (/state):\n";
   for (const auto& [k, v] : c.shared.ints) out << fmt::format("  {} = {}\n", k, v);
   for (const auto& [k, v] : c.shared.reals) out << fmt::format("  {} = {:.17g}\n", k, v);

@@ -3,6 +3,7 @@
 #include <torch/version.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <thread>
@@ -97,7 +98,8 @@ std::string iso8601_now() {
   return buf;
 }
 
-void write_root_attrs(io::Id file, int64_t step, int64_t world_size, const std::string& run_id) {
+void write_root_attrs(io::Id file, int64_t step, int64_t world_size, const std::string& run_id,
+                      double train_seconds) {
   io::set_attr(file, "format", std::string(kFormatName));
   if (!run_id.empty()) io::set_attr(file, "run_id", run_id);
   io::set_attr(file, "format_version", kFormatVersion);
@@ -106,6 +108,7 @@ void write_root_attrs(io::Id file, int64_t step, int64_t world_size, const std::
   io::set_attr(file, "world_size", world_size);
   io::set_attr(file, "time", iso8601_now());
   io::set_attr(file, "step", step);
+  io::set_attr(file, "train_seconds", train_seconds);
 }
 
 void slow_save_hook(io::File& file) {
@@ -175,7 +178,7 @@ void write_file(const std::string& path, const Snapshot& shared, const std::vect
              "{}: {} per-rank entries for a world of {}", path, per_rank.size(), world_size);
   // The 1.10 format: object headers, B-trees and heaps carry checksums too, not only the chunks.
   io::File file = io::File::create(path, io::FileFormat::kV110, "the checkpoint file");
-  keyed(path, "root attributes", [&] { write_root_attrs(file.id(), step, world_size, shared.run_id); });
+  keyed(path, "root attributes", [&] { write_root_attrs(file.id(), step, world_size, shared.run_id, shared.train_seconds); });
   write_body(file, path, shared, per_rank);  // on failure the file is closed as `file` goes
   HT_REQUIRE(file.flush_and_close(), ExitCode::kData,
              "{}: flushing the checkpoint file failed (disk full or file size limit?)", path);
@@ -281,6 +284,12 @@ void read_root(io::Id file, FileContents& c) {
              "root attribute world_size = {} is invalid", c.shared.world_size);
   c.shared.step = io::attr_int(file, "step");
   if (io::has_attr(file, "run_id")) c.shared.run_id = io::attr_string(file, "run_id");
+  if (io::has_attr(file, "train_seconds")) {
+    c.shared.train_seconds = io::attr_double(file, "train_seconds");
+    HT_REQUIRE(std::isfinite(c.shared.train_seconds) && c.shared.train_seconds >= 0, ExitCode::kData,
+               "root attribute train_seconds = {} is invalid", c.shared.train_seconds);
+    c.provenance["train_seconds"] = fmt::format("{:.3f}", c.shared.train_seconds);
+  }
   c.per_rank.assign(static_cast<size_t>(c.shared.world_size), {});
   for (const char* k : {"format", "hpctrain_version", "torch_version", "time"})
     c.provenance[k] = io::has_attr(file, k) ? io::attr_string(file, k) : "?";

@@ -118,6 +118,7 @@ void broadcast_scalars(comm::Communicator& comm, Snapshot& s, int root) {
     e.i64(s.step);
     e.str(s.path);
     e.str(s.run_id);
+    e.f64(s.train_seconds);
     e.i64(static_cast<int64_t>(s.ints.size()));
     for (const auto& [k, v] : s.ints) { e.str(k); e.i64(v); }
     e.i64(static_cast<int64_t>(s.reals.size()));
@@ -132,6 +133,7 @@ void broadcast_scalars(comm::Communicator& comm, Snapshot& s, int root) {
   s.step = d.i64();
   s.path = d.str();
   s.run_id = d.str();
+  s.train_seconds = d.f64();
   for (int64_t i = 0, n = d.i64(); i < n; ++i) { std::string k = d.str(); s.ints[k] = d.i64(); }
   for (int64_t i = 0, n = d.i64(); i < n; ++i) { std::string k = d.str(); s.reals[k] = d.f64(); }
   for (int64_t i = 0, n = d.i64(); i < n; ++i) { std::string k = d.str(); s.strings[k] = d.str(); }

@@ -88,6 +88,7 @@ checkpoint::Snapshot capture_state(const StateRefs& refs, const Counters& counte
   s.ints["step"] = counters.step;
   s.ints["tokens_seen"] = counters.tokens_seen;
   s.ints["global_batch"] = counters.global_batch;
+  s.train_seconds = counters.train_seconds;
   const auto ls = refs.loader.state();
   s.ints["loader/seed"] = ls.seed;
   s.ints["loader/epoch"] = ls.epoch;
@@ -211,6 +212,7 @@ void restore_state(const StateRefs& refs, Counters& counters, const checkpoint::
   restore_optimizer(refs, snap);
   counters.step = get("step");
   counters.tokens_seen = get("tokens_seen");
+  counters.train_seconds = snap.train_seconds;
   refs.loader.restore({get("loader/seed"), get("loader/epoch"), get("loader/samples_consumed")});
   StrategyState dp;
   const std::string prefix = checkpoint::kStrategyPrefix;

@@ -18,6 +18,9 @@ struct Counters {
   int64_t step = 0;         // optimizer steps taken
   int64_t tokens_seen = 0;  // global tokens consumed
   int64_t global_batch = 0; // samples per optimizer step over all ranks
+  // Seconds of training steps along this run's history, resumes included (evaluations, checkpoints
+  // and start-up excluded): the time axis of metrics.jsonl (`train_seconds`). Rank 0's clock.
+  double train_seconds = 0.0;
 };
 
 struct StateRefs {

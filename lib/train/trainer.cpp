@@ -137,7 +137,7 @@ void Trainer::Impl::run_eval(const char* reason) {
     PhaseClock::Scope phase(clock, Phase::kEval);
     Stopwatch sw;
     dp->with_averaged_model([&] { r = evaluate(gpt, *eval_reader, comm, device); });
-    report_eval(*metrics, r, counters.step, loader->epoch(), sw.seconds(), reason);
+    report_eval(*metrics, r, counters.step, loader->epoch(), counters.train_seconds, sw.seconds(), reason);
   }
   const BestTracker::Verdict v = best->observe(r, counters.step);
   stop_early = v.stop;
@@ -181,6 +181,7 @@ bool Trainer::Impl::step(bool& signalled) {
     if (cfg.train.nan_policy == config::NanPolicy::kSkip) {
       HT_WARN("step {}: non-finite loss on some rank; step skipped (train.nan_policy = skip)", counters.step);
       ++counters.step;
+      counters.train_seconds += sw.seconds();
       clock.count_step();
       return true;
     }
@@ -196,11 +197,13 @@ bool Trainer::Impl::step(bool& signalled) {
   clock.time(Phase::kComm, [&] { dp->after_update(); });
   clock.count_step();
   counters.tokens_seen += acc.tokens * comm.size();
+  const double step_seconds = sw.seconds();
+  counters.train_seconds += step_seconds;
   if (counters.step % cfg.log.every_steps == 0 || counters.step == 1 || counters.step == total) {
-    const StepReport r{counters.step,      total,          acc.mean_loss,   lr,
-                       grad_norm,          sw.seconds(),   acc.tokens * comm.size(), counters.tokens_seen,
+    const StepReport r{counters.step,      total,           acc.mean_loss,   lr,
+                       grad_norm,          step_seconds,    acc.tokens * comm.size(), counters.tokens_seen,
                        peak_bytes,         flops_per_token, peak_flops,     comm.size(),
-                       gather_phase_stats(clock, comm), dp->optimizer().state_bytes()};
+                       gather_phase_stats(clock, comm), dp->optimizer().state_bytes(), counters.train_seconds};
     report_step(*metrics, r, dp->stats());
   }
   return true;

@@ -144,6 +144,22 @@ PY
     expect_once "plot: wrote $WORK/two/loss.png (runs: a/run, b/run)"
     [ -s "$WORK/two/loss.png" ] || fail "no PNG of the two runs"
     grep -q '"ranks":2' "$WORK/run/metrics.jsonl" || fail "metrics lines do not name the ranks (the plot title uses them)"
+    # The time axis: train_seconds counts the steps log.every_steps = 2 did not log (3, 5, 7) too, so
+    # the last line's exceeds the sum of the logged step times; an evaluation shares its step's value.
+    python3 - "$WORK/run/metrics.jsonl" <<'PY' || fail "train_seconds"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+train = [r for r in rows if "loss" in r]
+evals = {r["step"]: r["train_seconds"] for r in rows if "eval_loss" in r}
+assert [r["step"] for r in train] == [1, 2, 4, 6, 8], [r["step"] for r in train]
+t = [r["train_seconds"] for r in train]
+assert all(a < b for a, b in zip(t, t[1:])), t
+logged = sum(r["step_seconds"] for r in train)
+assert t[-1] > logged, (t[-1], logged)
+by_step = {r["step"]: r["train_seconds"] for r in train}
+assert sorted(evals) == [4, 8] and all(evals[s] == by_step[s] for s in evals), (evals, by_step)
+print(f"train_seconds at step 8: {t[-1]:.4f} s, logged step times {logged:.4f} s; evaluations at {by_step}")
+PY
     ;;
   plot_without_gnuplot)
     lm_data

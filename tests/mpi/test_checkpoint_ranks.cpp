@@ -46,6 +46,7 @@ Snapshot snapshot_of(int rank, int64_t step) {
   s.tensors["model/wte.weight"] = torch::arange(12, torch::kFloat32).reshape({3, 4}) * step;
   s.ints["step"] = step;
   s.reals["lr"] = 0.25;
+  s.train_seconds = 7.5 + rank;  // timing is rank 0's: the file holds its value, every rank reads it back
   s.strings["config"] = "[train]\nmax_steps = 20\n";
   s.per_rank["rng/cpu"] = torch::full({rank + 1}, rank, torch::kUInt8);
   s.per_rank["optimizer/exp_avg/wte.weight"] = torch::full({2, rank + 2}, 0.5 * rank + step, torch::kFloat64);
@@ -79,6 +80,7 @@ TEST_F(CheckpointRanks, EachRankGetsBackItsOwnPerRankState) {
   EXPECT_EQ(r.step, 10);
   EXPECT_EQ(r.ints, mine.ints);
   EXPECT_EQ(r.reals, mine.reals);
+  EXPECT_EQ(r.train_seconds, 7.5);
   EXPECT_EQ(r.strings, mine.strings);
   ASSERT_EQ(r.tensors.size(), 1u);
   EXPECT_TRUE(torch::equal(r.tensors.at("model/wte.weight"), mine.tensors.at("model/wte.weight")));

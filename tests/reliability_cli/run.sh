@@ -145,16 +145,33 @@ case "$CASE" in
 
   run_dir)
     lm_data
-    # a job holding the directory (its saves slowed) and a second job on the same directory
-    HPCTRAIN_TEST_SLOW_SAVE_MS=4000 train 2 shared --set train.max_steps=4 --set checkpoint.every_steps=1 \
+    # A job holding the directory and a second job on the same directory. The first is held at step 2
+    # until a signal (HPCTRAIN_TEST_HOLD_AT_STEP), so it still holds the directory however slowly the
+    # second one starts: the test waits for events, not for time. Released with SIGUSR1 (checkpoint,
+    # exit 75) and resumed, it then finishes with its checkpoints intact.
+    HPCTRAIN_TEST_HOLD_AT_STEP=2 train 2 shared --set train.max_steps=4 --set checkpoint.every_steps=1 \
       >"$WORK/first.log" 2>&1 &
     first=$!
-    for i in $(seq 1 300); do grep -q "step      1/" "$WORK/first.log" 2>/dev/null && break; sleep 0.1; done
+    for i in $(seq 1 3000); do
+      grep -q "holding at step 2" "$WORK/first.log" 2>/dev/null && break
+      kill -0 $first 2>/dev/null || break
+      sleep 0.1
+    done
+    grep -q "holding at step 2" "$WORK/first.log" 2>/dev/null || {
+      kill $first 2>/dev/null; cat "$WORK/first.log"
+      fail "the first job never held at step 2 (waited 300 s for 'holding at step 2' in first.log)"; }
     expect 1 second train 2 shared --set train.max_steps=4
     once second "train.output_dir $WORK/shared is in use by another run (pid "
-    wait $first || fail "the first job failed (rc $?)"
-    [ -f "$(ckpt shared 4)" ] || fail "the first job lost its final checkpoint"
-    note "the first job finished with its checkpoints intact"
+    # Both ranks of the first job (each holds until its own signal; one not yet holding returns at once).
+    pkill -USR1 -f "^$HPCTRAIN train .*train.output_dir=$WORK/shared( |$)" || fail "no rank of the first job to signal"
+    wait $first
+    rc=$?
+    [ $rc -eq 75 ] || { tail -30 "$WORK/first.log"; fail "the first job: exit code $rc after SIGUSR1, expected 75"; }
+    for s in 1 2; do [ -f "$(ckpt shared $s)" ] || fail "the first job lost its checkpoint $s"; done
+    expect 0 first_resumed train 2 shared --set train.max_steps=4 --set checkpoint.every_steps=1 --resume
+    has first_resumed "resumed at step 2"
+    [ -f "$(ckpt shared 4)" ] || fail "the first job wrote no final checkpoint after its resume"
+    note "the first job held the directory against the second, then finished with its checkpoints intact"
     # rotation after a fallback from a damaged newest checkpoint keeps the good file it resumed from
     expect 0 rot train 1 rot --set checkpoint.every_steps=2 --set checkpoint.keep=2 --set log.every_steps=1
     python3 - "$(ckpt rot 6)" <<'PY' || fail "damage"
@@ -171,14 +188,25 @@ PY
     expect 0 rot_final train 1 rot --resume --set checkpoint.every_steps=1 --set checkpoint.keep=2 --set log.every_steps=1
     has rot_final "resumed at step 5"
     "$HPCTRAIN" inspect "$(ckpt rot 6)" >/dev/null 2>&1 || fail "the step-6 checkpoint was not replaced by a good one"
-    # metrics.jsonl holds each step once after a crash-resume
-    python3 - "$WORK/rot/metrics.jsonl" <<'PY' || fail "metrics lines"
-import collections, json, sys
-steps = [json.loads(l)["step"] for l in open(sys.argv[1]) if '"loss"' in l]
+    # metrics.jsonl holds each step once after a crash-resume, and its training seconds run on across
+    # both resumes (from the checkpoint's train_seconds): every line adds exactly its own step's time.
+    # The final checkpoint records the same total (hpctrain inspect prints it).
+    "$HPCTRAIN" inspect "$(ckpt rot 6)" >"$WORK/inspect6.txt" 2>&1 || fail "inspect of the final checkpoint"
+    python3 - "$WORK/rot/metrics.jsonl" "$WORK/inspect6.txt" <<'PY' || fail "metrics lines"
+import collections, json, re, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+steps = [r["step"] for r in rows]
 dup = [s for s, n in collections.Counter(steps).items() if n > 1]
 assert not dup, f"steps logged twice: {dup}"
-assert steps == sorted(steps) and steps[-1] == 6, steps
-print(f"--- metrics.jsonl: steps {steps}, each once")
+assert steps == sorted(steps) and steps == list(range(1, 7)), steps
+total = 0.0
+for r in rows:
+    total += r["step_seconds"]
+    assert abs(r["train_seconds"] - total) <= 1e-9 * total, (r["step"], r["train_seconds"], total)
+m = re.search(r"step 6, ([0-9.]+) training seconds", open(sys.argv[2]).read())
+assert m and abs(float(m.group(1)) - total) < 1e-3, (m and m.group(0), total)
+print(f"--- metrics.jsonl: steps {steps}, each once; train_seconds the running sum of step_seconds across "
+      f"2 resumes ({total:.3f} s), the final checkpoint's the same")
 PY
     ;;
 

@@ -78,6 +78,7 @@ Snapshot sample(int64_t seed) {
   s.strings["config"] = std::string(100000, 'x') + "\n[model]\nn_layer = 2\n";  // over the 64 KiB attribute limit
   s.per_rank["rng/cpu"] = torch::randint(0, 255, {5056}, torch::kUInt8);
   s.run_id = "test-run";
+  s.train_seconds = 123.0 + 1.0 / 7.0;
   return s;
 }
 
@@ -120,6 +121,7 @@ TEST_F(CheckpointManager, RoundTripKeepsEveryValueKindExactly) {
   EXPECT_EQ(s.ints, r.ints);
   EXPECT_EQ(s.reals, r.reals);  // bit-exact double
   EXPECT_EQ(s.strings, r.strings);
+  EXPECT_EQ(r.train_seconds, s.train_seconds);  // the root attribute, bit-exact
   EXPECT_EQ(r.world_size, 1);
   EXPECT_EQ(r.step, 7);
   EXPECT_EQ(r.path, path);

@@ -43,6 +43,7 @@ void report_step(MetricsWriter& metrics, const StepReport& r, const SyncStats& s
                  {"mfu", mfu},
                  {"tokens_seen", r.tokens_seen},
                  {"step_seconds", r.step_seconds},
+                 {"train_seconds", r.train_seconds},
                  {"ranks", r.world_size},
                  {"peak_step_bytes", r.peak_step_bytes},
                  {"peak_rss_bytes", memory::process_peak_rss_bytes()},
@@ -60,11 +61,12 @@ void report_step(MetricsWriter& metrics, const StepReport& r, const SyncStats& s
                  {"staged_transfers", sync.staged_transfers}});
 }
 
-void report_eval(MetricsWriter& metrics, const EvalResult& r, int64_t step, int64_t epoch, double seconds,
-                 const char* reason) {
+void report_eval(MetricsWriter& metrics, const EvalResult& r, int64_t step, int64_t epoch, double train_seconds,
+                 double seconds, const char* reason) {
   nlohmann::json line = {{"step", step},           {"epoch", epoch},         {"eval_loss", r.loss},
                          {"eval_accuracy", r.accuracy}, {"eval_count", r.count}, {"eval_seconds", seconds},
-                         {"eval_loss_stderr", r.loss_stderr}, {"eval_samples", r.samples}};
+                         {"eval_loss_stderr", r.loss_stderr}, {"eval_samples", r.samples},
+                         {"train_seconds", train_seconds}};
   if (r.task == config::Task::kCausalLm) {
     line["eval_perplexity"] = r.perplexity;
     HT_INFO("eval ({}) step {} | eval_loss {:.4f} (stderr {:.4f} over {} sequences) | perplexity {:.2f} | accuracy "

@@ -39,6 +39,7 @@ struct StepReport {
   int world_size = 1;
   PhaseStats phases;
   int64_t optimizer_state_bytes = 0;  // this rank's moments (1/W of them with train.shard_optimizer)
+  double train_seconds = 0.0;         // Counters::train_seconds after this step
 };
 
 // What the two start-up lines (rank 0) say about a run.
@@ -56,9 +57,10 @@ void log_run_start(const RunShape& run);
 
 // Console line (rank 0) and metrics.jsonl line of a training step.
 void report_step(MetricsWriter& metrics, const StepReport& r, const SyncStats& sync);
-// Console line (rank 0) and metrics.jsonl line of an evaluation.
-void report_eval(MetricsWriter& metrics, const EvalResult& r, int64_t step, int64_t epoch, double seconds,
-                 const char* reason);
+// Console line (rank 0) and metrics.jsonl line of an evaluation after `step`, taken `train_seconds`
+// into training (Counters::train_seconds) and lasting `seconds`.
+void report_eval(MetricsWriter& metrics, const EvalResult& r, int64_t step, int64_t epoch, double train_seconds,
+                 double seconds, const char* reason);
 
 // Measures the FLOP/s of a square matmul in `dtype` (the precision in use: fp32, or bf16 under
 // autocast) on this device with the current thread count (best of 5 runs of ~0.1 s), as the MFU

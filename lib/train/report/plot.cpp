@@ -98,13 +98,19 @@ double number(const nlohmann::json& j, const char* key) {
 
 // One metrics line as the columns below: false when it is no metrics object (a torn last line).
 // Throws WrongField before anything is written, so a bad line leaves no half row.
-// Training seconds of a line: the sum of step_seconds over the logged steps, each standing for the
-// steps since the previous line (exact with log.every_steps = 1).
+// Training seconds of a line: its `train_seconds` (the trainer's sum over every step, resumes
+// included). Lines without it (the PyTorch reference, runs before the field) are estimated: the sum
+// of step_seconds over the logged steps, each standing for the steps since the previous line.
 struct Clock {
   double tokens_per_step = 0.0, seconds = 0.0, last_step = 0.0, step_seconds = 0.0;
   // An evaluation after steps that were not logged: their time at the last logged step's rate.
   double at(double step) const { return seconds + std::max(0.0, step - last_step) * step_seconds; }
 };
+
+// The line's own train_seconds when it has one (and it is a number), else `estimate`.
+double train_seconds_or(const nlohmann::json& j, double estimate) {
+  return j.contains("train_seconds") ? number(j, "train_seconds") : estimate;
+}
 
 bool extract_line(const std::string& line, RunCurves& c, std::ofstream& train, std::ofstream& eval,
                   std::ofstream& epochs, Clock& clock, int64_t& train_lines) {
@@ -115,7 +121,7 @@ bool extract_line(const std::string& line, RunCurves& c, std::ofstream& train, s
     const double tokens = number(j, "tokens_seen"), loss = number(j, "loss");
     const double step_seconds = j.contains("step_seconds") ? number(j, "step_seconds") : 0.0;
     if (step > 0) clock.tokens_per_step = tokens / step;
-    clock.seconds += step_seconds * std::max(1.0, step - clock.last_step);
+    clock.seconds = train_seconds_or(j, clock.seconds + step_seconds * std::max(1.0, step - clock.last_step));
     clock.last_step = step;
     clock.step_seconds = step_seconds;
     c.max_tokens = std::max(c.max_tokens, tokens);
@@ -129,7 +135,8 @@ bool extract_line(const std::string& line, RunCurves& c, std::ofstream& train, s
     const double f1 = cls ? number(j, "eval_f1") : 0.0, accuracy = cls ? number(j, "eval_accuracy") : 0.0;
     const double epoch = cls && j.contains("epoch") ? number(j, "epoch") : 0.0;
     // Evaluation lines carry no token count; every step consumes the same global batch.
-    eval << step << ' ' << step * clock.tokens_per_step << ' ' << clock.at(step) << ' ' << eval_loss << '\n';
+    eval << step << ' ' << step * clock.tokens_per_step << ' ' << train_seconds_or(j, clock.at(step)) << ' '
+         << eval_loss << '\n';
     if (cls) {
       c.classification = true;
       epochs << epoch << ' ' << accuracy << ' ' << f1 << '\n';

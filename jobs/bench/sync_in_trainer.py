@@ -90,14 +90,25 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--launcher", choices=["local", "emulate"], default="local")
     a = p.parse_args()
+    if a.reps < 1 or a.ranks < 2 or a.local_steps < 2 or a.steps < a.warmup + a.local_steps + 1:
+        sys.exit("sync_in_trainer: needs --reps >= 1, --ranks >= 2, --local-steps >= 2 and --steps >= --warmup + "
+                 "--local-steps + 1 (a sync and a non-sync step after the warm-up)")
     a.out = os.path.abspath(a.out)
     os.makedirs(a.out, exist_ok=True)
+    if not os.access(a.hpctrain, os.X_OK):
+        sys.exit(f"sync_in_trainer: --hpctrain {a.hpctrain} is not an executable (build it: scripts/build.sh)")
+    if a.data and not os.path.isfile(a.data):
+        sys.exit(f"sync_in_trainer: --data {a.data}: no such file")
     data = a.data
     if not data:
         data = os.path.join(a.out, "fortunes.h5")
         if not os.path.exists(data):
-            subprocess.run([a.hpctrain, "prepare", "--input", "/usr/share/games/fortunes", "--output", data],
-                           check=True, stdout=subprocess.DEVNULL)
+            log = os.path.join(a.out, "prepare.log")
+            with open(log, "w") as f:
+                rc = subprocess.run([a.hpctrain, "prepare", "--input", "/usr/share/games/fortunes", "--output", data],
+                                    stdout=f, stderr=subprocess.STDOUT).returncode
+            if rc != 0:
+                sys.exit(f"sync_in_trainer: preparing {data} failed (exit {rc}): {run_report.error_message(log)}")
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     rows = []
     for rep in range(1, a.reps + 1):

@@ -54,7 +54,8 @@ torch::Tensor micro_batch_loss(model::Gpt& gpt, const data::Batch& batch, const 
 
 AccumulatedLoss accumulate_gradients(model::Gpt& gpt, data::Loader& loader, int64_t grad_accum,
                                      const torch::Device& device, config::Autocast autocast, PhaseClock& clock,
-                                     const std::function<void(bool last_micro_batch)>& before_backward) {
+                                     const std::function<void(bool last_micro_batch)>& before_backward,
+                                     const std::function<void(bool losses_finite)>& losses_known) {
   AccumulatedLoss out;
   double loss_sum = 0.0;
   for (int64_t m = 0; m < grad_accum; ++m) {
@@ -70,7 +71,9 @@ AccumulatedLoss accumulate_gradients(model::Gpt& gpt, data::Loader& loader, int6
       loss = micro_batch_loss(gpt, batch, device, autocast);
       loss_sum += loss.item<double>();  // waits for the forward on a GPU, so the phases stay apart
     }
-    if (before_backward) before_backward(m == grad_accum - 1);
+    const bool last = m == grad_accum - 1;
+    if (last && losses_known) losses_known(std::isfinite(loss_sum));
+    if (before_backward) before_backward(last);
     PhaseClock::Scope backward(clock, Phase::kBackward);
     (loss / static_cast<double>(grad_accum)).backward();
   }
@@ -79,11 +82,15 @@ AccumulatedLoss accumulate_gradients(model::Gpt& gpt, data::Loader& loader, int6
   return out;
 }
 
-StepFlags agree_step_flags(bool finite_here, comm::Communicator& comm, PhaseClock& clock) {
-  int64_t flags[2] = {finite_here ? 0 : 1, signals::pending() ? 1 : 0};
+StepFlagAgreement::StepFlagAgreement(bool finite_here, comm::Communicator& comm, PhaseClock& clock) {
   PhaseClock::Scope phase(clock, Phase::kComm);
-  comm.allreduce(flags, 2, comm::DType::kI64, comm::ReduceOp::kMax);
-  return StepFlags{flags[0] != 0, flags[1] != 0};
+  flags_.emplace(comm, std::initializer_list<bool>{!finite_here, signals::pending()});
+}
+
+StepFlags StepFlagAgreement::wait(PhaseClock& clock) {
+  PhaseClock::Scope phase(clock, Phase::kComm);
+  const std::vector<bool> any = flags_->wait();
+  return StepFlags{any[0], any[1]};
 }
 
 void maybe_inject_failure(int rank, int64_t step) {

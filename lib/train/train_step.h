@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 
+#include "comm/any_flags.h"
 #include "comm/communicator.h"
 #include "config/config.h"
 #include "data/batch.h"
@@ -47,20 +49,36 @@ struct AccumulatedLoss {
 };
 
 // grad_accum micro-batches: forward, scaled backward; gradients accumulate into the parameters'.
-// The clock gets the data wait, forward and backward time. before_backward (optional) runs before
-// each backward, told whether it is the last micro-batch (LocalSgd::before_backward: the gradient
-// buckets then start during that backward).
+// The clock gets the data wait, forward and backward time. losses_known (optional) runs once, after
+// the last forward and before its backward, told whether the step's mean loss is finite (the
+// Trainer starts the step-flag agreement there). before_backward (optional) runs before each
+// backward, told whether it is the last micro-batch (the overlapped gradient buckets then start
+// during that backward).
 AccumulatedLoss accumulate_gradients(model::Gpt& gpt, data::Loader& loader, int64_t grad_accum,
                                      const torch::Device& device, config::Autocast autocast, PhaseClock& clock,
-                                     const std::function<void(bool last_micro_batch)>& before_backward = {});
+                                     const std::function<void(bool last_micro_batch)>& before_backward = {},
+                                     const std::function<void(bool losses_finite)>& losses_known = {});
 
-// The one tiny collective per step: whether any rank saw a non-finite loss or has a signal pending
-// (core/signals.h), so every rank takes the same branch. Counted as communication time.
+// The one tiny exchange per step: whether any rank saw a non-finite loss or has a signal pending
+// (core/signals.h), so every rank takes the same branch at the same step. It starts as soon as the
+// step's losses are known, after the last forward, and completes after the gradient exchange
+// (comm::AnyFlags: the other ranks' flags are there by then, whenever they were sent): the backward
+// runs in between, so a rank up to one backward behind the others costs them no wait. Local SGD's
+// steps between exchanges have no other collective; a blocking agreement there made every rank
+// wait for the slowest one at every step. Start and wait count as communication time.
+// comm: a communicator of the agreement's own (comm::AnyFlags).
 struct StepFlags {
   bool any_nonfinite = false;
   bool any_signal = false;
 };
-StepFlags agree_step_flags(bool finite_here, comm::Communicator& comm, PhaseClock& clock);
+class StepFlagAgreement {
+ public:
+  StepFlagAgreement(bool finite_here, comm::Communicator& comm, PhaseClock& clock);
+  StepFlags wait(PhaseClock& clock);
+
+ private:
+  std::optional<comm::AnyFlags> flags_;  // emplaced inside the timed scope; never moved
+};
 
 // Test hook (documented in docs/config.md): HPCTRAIN_TEST_FAIL_RANK=R and HPCTRAIN_TEST_FAIL_STEP=S
 // make rank R throw at step S, to prove that a failing rank ends the whole job without a hang.

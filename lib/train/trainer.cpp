@@ -3,6 +3,7 @@
 #include <ATen/Context.h>
 
 #include <fstream>
+#include <optional>
 
 #include "checkpoint/checkpoint.h"
 #include "comm/agree.h"
@@ -38,6 +39,7 @@ struct Trainer::Impl {
   std::unique_ptr<data::Loader> loader;
   std::unique_ptr<data::EvalReader> eval_reader;
   std::unique_ptr<DataParallel> dp;  // how the replicas stay in step; owns the optimizer
+  std::unique_ptr<comm::Communicator> flags_comm;  // the step-flag agreement's own (comm::AnyFlags)
   std::unique_ptr<checkpoint::Manager> checkpoints;
   std::unique_ptr<MetricsWriter> metrics;
   std::unique_ptr<BestTracker> best;
@@ -90,6 +92,7 @@ void Trainer::Impl::build(const ResumeRequest& resume) {
   const std::optional<checkpoint::Snapshot> snap = load_resume_snapshot(resume);
   resolve_local_steps(cfg, gpt, comm, device, total, snap);
   dp = make_data_parallel(*gpt, comm, cfg);
+  flags_comm = comm.split(0, comm.rank());
   schedule = std::make_unique<LrSchedule>(cfg.train, total);
   best = std::make_unique<BestTracker>(cfg);
   flops_per_token = gpt->flops_per_token(cfg.model.seq_len);
@@ -164,18 +167,20 @@ bool Trainer::Impl::step(bool& signalled) {
   // In place: backward accumulates into the existing gradient storage (the flat exchange buffer
   // when gradients are averaged) instead of allocating every gradient again each step.
   dp->zero_grad();
-  const AccumulatedLoss acc =
-      accumulate_gradients(gpt, *loader, cfg.train.grad_accum_steps, device, cfg.train.autocast, clock,
-                           [&](bool last) { dp->before_backward(last); });
+  // Started before the last backward, completed after the gradient exchange (train_step.h).
+  std::optional<StepFlagAgreement> agreement;
+  const AccumulatedLoss acc = accumulate_gradients(
+      gpt, *loader, cfg.train.grad_accum_steps, device, cfg.train.autocast, clock,
+      [&](bool last) { dp->before_backward(last); },
+      [&](bool finite) {
+        maybe_hold_for_signal(counters.step + 1);
+        agreement.emplace(finite, *flags_comm, clock);
+      });
   maybe_inject_failure(comm.rank(), counters.step + 1);
-  maybe_hold_for_signal(counters.step + 1);
   const int64_t peak_bytes = memory::cpu_peak_bytes() - live_before;
-  // Gradient averaging first (when synchronous): an exchange that started during backward then
-  // completes inside it (counted as communication), not inside the small collective below, which
-  // would otherwise wait behind the gradient bytes on the same connection. A skipped step's
-  // non-finite gradients are averaged and then dropped.
+  // A skipped step's non-finite gradients are averaged and then dropped.
   clock.time(Phase::kComm, [&] { dp->after_backward(); });
-  const StepFlags flags = agree_step_flags(acc.finite, comm, clock);
+  const StepFlags flags = agreement->wait(clock);
   signalled = flags.any_signal;
   if (flags.any_nonfinite) {
     if (cfg.train.nan_policy == config::NanPolicy::kSkip) {

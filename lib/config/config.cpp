@@ -104,6 +104,10 @@ const std::vector<Key>& keys() {
       HT_KEY(train, nan_policy, "what a NaN/inf loss does: stop the run or skip the step"),
       HT_KEY(train, peak_flops, "peak FLOP/s per rank for MFU; 0 = measure with a matmul at start"),
       HT_KEY(train, deterministic, "torch deterministic algorithms"),
+      HT_KEY(train, retain_freed_memory,
+             "keep freed memory in the process for the next step's allocations (glibc: no mmap per large "
+             "block, no heap trimming) instead of returning it to the OS and page-faulting it back every step; "
+             "resident memory stays at its high-water mark"),
       HT_KEY(train, early_stopping_patience,
              "stop after this many evaluations in a row without an improvement of checkpoint.best_metric; 0 = off"),
       HT_KEY(train, early_stopping_threshold, "an evaluation improves only if it beats the best by more than this"),

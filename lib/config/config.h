@@ -125,6 +125,7 @@ struct TrainConfig {
   NanPolicy nan_policy = NanPolicy::kStop;
   double peak_flops = 0;          // FLOP/s per rank for MFU; 0 = measured at start
   bool deterministic = false;
+  bool retain_freed_memory = true; // glibc keeps freed memory for reuse (core/memory.h)
   int64_t early_stopping_patience = 0;   // evaluations without improvement before stopping; 0 = off
   double early_stopping_threshold = 0.0; // an improvement must exceed this (in the metric's units)
   double target_eval_loss = 0.0;   // stop (checkpoint, exit 0) at the first evaluation at or below it; 0 = off

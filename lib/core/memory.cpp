@@ -6,8 +6,13 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <string>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #if __has_include(<c10/cuda/CUDACachingAllocator.h>)
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -112,6 +117,15 @@ void install_cpu_counter() {
     g_installed = true;
   });
   if (limit > 0) set_cpu_limit_bytes(limit);
+}
+
+bool retain_freed_memory() {
+#if defined(__GLIBC__)
+  // M_TRIM_THRESHOLD takes an int: the largest one means "never trim".
+  return mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max()) == 1;
+#else
+  return false;
+#endif
 }
 
 bool cpu_counter_installed() { return g_installed.load(); }

@@ -71,6 +71,8 @@ void Trainer::Impl::build(const ResumeRequest& resume) {
   device = select_device(cfg.train, comm);
   if (cfg.train.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
   memory::install_cpu_counter();
+  if (cfg.train.retain_freed_memory && !memory::retain_freed_memory())
+    HT_INFO("train.retain_freed_memory: this C library has no such setting; freed memory returns to the OS");
   torch::manual_seed(static_cast<uint64_t>(cfg.train.seed));
   gpt = model::Gpt(model::GptOptions::from_config(cfg.model));
   load_start_weights(*gpt, cfg, resume, comm);  // before the strategy: it broadcasts rank 0's start

@@ -1,7 +1,15 @@
 // The counting CPU allocator: current/peak bytes follow tensor allocations and frees, the cap
-// throws a clear ht::Error, and the CUDA/RSS queries answer sensibly on this machine.
+// throws a clear ht::Error, and the CUDA/RSS queries answer sensibly on this machine;
+// retain_freed_memory keeps a large freed block in the process where glibc would unmap it.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "core/error.h"
 #include "core/memory.h"
@@ -70,6 +78,35 @@ TEST(CoreMemory, ProcessAndCudaQueries) {
   EXPECT_GE(cuda_current_bytes(0) - before, 4 << 20);
   EXPECT_GE(cuda_peak_bytes(0), cuda_current_bytes(0));
 }
+
+#if defined(__GLIBC__)
+// Allocates and touches `bytes`, then reports (bytes glibc holds in mmapped blocks while the block
+// lives, free bytes it keeps in its heaps after the block is freed).
+std::pair<size_t, size_t> mapped_then_kept(size_t bytes) {
+  void* p = std::malloc(bytes);
+  EXPECT_NE(p, nullptr);
+  std::memset(p, 1, bytes);
+  asm volatile("" : : "g"(p) : "memory");  // the block is used: the compiler keeps the malloc
+  const size_t mapped = mallinfo2().hblkhd;
+  std::free(p);
+  return {mapped, mallinfo2().fordblks};
+}
+
+TEST(CoreMemory, RetainFreedMemoryKeepsLargeBlocksInTheProcess) {
+  constexpr size_t kBlock = size_t{64} << 20;  // above glibc's largest dynamic mmap threshold (32 MiB)
+  // Without it (a child process, this one's settings untouched): the block is mmapped, and unmapped on free.
+  auto mapped_and_given_back = [&] {
+    const auto [mapped, kept] = mapped_then_kept(kBlock);
+    return mapped >= kBlock && kept < kBlock;
+  };
+  EXPECT_EXIT(std::_Exit(mapped_and_given_back() ? 0 : 1), ::testing::ExitedWithCode(0), "");
+  ASSERT_TRUE(retain_freed_memory());
+  const size_t mapped_before = mallinfo2().hblkhd;
+  const auto [mapped, kept] = mapped_then_kept(kBlock);
+  EXPECT_EQ(mapped, mapped_before) << "the block was mmapped";
+  EXPECT_GE(kept, kBlock) << "the freed block went back to the OS";
+}
+#endif
 
 }  // namespace
 }  // namespace ht::memory

@@ -30,7 +30,7 @@ void reset_cuda_peak(int device);
 // Makes the C library keep freed memory for later allocations instead of returning it to the OS
 // (glibc: no mmap for large blocks, no trimming of the heap's top). A training step frees and
 // allocates the same activations and casts every step; returned to the OS, every page of them
-// faults again on the next step (10-17 % system time at a 4 x 512 model on CPU). Resident memory
+// faults again on the next step (7-17 % system time at a 4 x 512 model on CPU). Resident memory
 // then stays at its high-water mark. False where the C library has no such setting.
 bool retain_freed_memory();
 

@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/memory.h"
 #include "data/loader.h"
 #include "model/gpt.h"
 #include "train/accelerator.h"
@@ -49,6 +50,8 @@ int main(int argc, char** argv) {
     cfg.data.prefetch_batches = 2;
     torch::set_num_threads(1);
     torch::manual_seed(0);
+    // What the Trainer does for train.retain_freed_memory: no page faults for each step's activations.
+    if (cfg.train.retain_freed_memory) ht::memory::retain_freed_memory();
 
     ht::model::Gpt model(ht::model::GptOptions::from_config(cfg.model));
     ht::train::LrSchedule lr_scheduler(cfg.train, steps);

@@ -1,7 +1,9 @@
 // Building blocks for hand-written loops (the Accelerate level): gradient accumulation as a
 // scope, loss scaling in backward(), and whether this micro-step completes an optimizer step.
 // Used with LrSchedule (train/optimizer/schedule.h) and a data-parallel strategy
-// (train/data_parallel/data_parallel.h), which owns the optimizer.
+// (train/data_parallel/data_parallel.h), which owns the optimizer. A hand-written loop gets the
+// Trainer's allocator setting (train.retain_freed_memory) by calling memory::retain_freed_memory()
+// (core/memory.h) once, as app/examples/custom_loop.cpp does.
 #pragma once
 #include <torch/torch.h>
 

@@ -82,14 +82,12 @@ AccumulatedLoss accumulate_gradients(model::Gpt& gpt, data::Loader& loader, int6
   return out;
 }
 
-StepFlagAgreement::StepFlagAgreement(bool finite_here, comm::Communicator& comm, PhaseClock& clock) {
-  PhaseClock::Scope phase(clock, Phase::kComm);
-  flags_.emplace(comm, std::initializer_list<bool>{!finite_here, signals::pending()});
-}
+StepFlagAgreement::StepFlagAgreement(bool finite_here, comm::Communicator& comm)
+    : flags_(comm, {!finite_here, signals::pending()}) {}
 
 StepFlags StepFlagAgreement::wait(PhaseClock& clock) {
   PhaseClock::Scope phase(clock, Phase::kComm);
-  const std::vector<bool> any = flags_->wait();
+  const std::vector<bool> any = flags_.wait();
   return StepFlags{any[0], any[1]};
 }
 

@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <optional>
 
 #include "comm/any_flags.h"
 #include "comm/communicator.h"
@@ -65,19 +64,19 @@ AccumulatedLoss accumulate_gradients(model::Gpt& gpt, data::Loader& loader, int6
 // (comm::AnyFlags: the other ranks' flags are there by then, whenever they were sent): the backward
 // runs in between, so a rank up to one backward behind the others costs them no wait. Local SGD's
 // steps between exchanges have no other collective; a blocking agreement there made every rank
-// wait for the slowest one at every step. Start and wait count as communication time.
-// comm: a communicator of the agreement's own (comm::AnyFlags).
+// wait for the slowest one at every step. wait() counts as communication time (the caller times
+// the start). comm: a communicator of the agreement's own (comm::AnyFlags).
 struct StepFlags {
   bool any_nonfinite = false;
   bool any_signal = false;
 };
 class StepFlagAgreement {
  public:
-  StepFlagAgreement(bool finite_here, comm::Communicator& comm, PhaseClock& clock);
+  StepFlagAgreement(bool finite_here, comm::Communicator& comm);
   StepFlags wait(PhaseClock& clock);
 
  private:
-  std::optional<comm::AnyFlags> flags_;  // emplaced inside the timed scope; never moved
+  comm::AnyFlags flags_;
 };
 
 // Test hook (documented in docs/config.md): HPCTRAIN_TEST_FAIL_RANK=R and HPCTRAIN_TEST_FAIL_STEP=S

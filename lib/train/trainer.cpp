@@ -176,7 +176,7 @@ bool Trainer::Impl::step(bool& signalled) {
       [&](bool last) { dp->before_backward(last); },
       [&](bool finite) {
         maybe_hold_for_signal(counters.step + 1);
-        agreement.emplace(finite, *flags_comm, clock);
+        clock.time(Phase::kComm, [&] { agreement.emplace(finite, *flags_comm); });
       });
   maybe_inject_failure(comm.rank(), counters.step + 1);
   const int64_t peak_bytes = memory::cpu_peak_bytes() - live_before;

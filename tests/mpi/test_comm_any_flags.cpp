@@ -4,16 +4,15 @@
 // not hold up the others' wait (the Trainer starts the step flags before the backward and waits
 // after it).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <fstream>
 #include <string>
 #include <thread>
 
 #include "comm/any_flags.h"
 #include "comm/communicator.h"
+#include "support/temp_dir.h"
 
 namespace {
 
@@ -69,13 +68,7 @@ TEST(AnyFlags, TwoRoundsOutstandingMatchInOrder) {
 TEST(AnyFlags, OthersCompleteWhileOneRankMakesNoMpiCall) {
   auto world = ht::comm::make_mpi_world();
   auto comm = world->split(0, world->rank());
-  std::string dir;
-  if (comm->rank() == 0) {
-    char tmpl[] = "/tmp/ht-anyflags-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir = tmpl;
-  }
-  dir = comm->broadcast_string(dir, 0);
+  const std::string dir = comm->broadcast_string(comm->rank() == 0 ? ht::test::make_temp_dir("ht-anyflags-") : "", 0);
   auto marker = [&](int r) { return dir + "/waited." + std::to_string(r); };
 
   AnyFlags f(*comm, {comm->rank() == 0});
@@ -95,11 +88,7 @@ TEST(AnyFlags, OthersCompleteWhileOneRankMakesNoMpiCall) {
     EXPECT_TRUE(f.wait()[0]);
     std::ofstream(marker(comm->rank())) << "waited\n";
   }
-  comm->barrier();
-  if (comm->rank() == 0) {
-    for (int r = 1; r < comm->size(); ++r) std::remove(marker(r).c_str());
-    ::rmdir(dir.c_str());
-  }
+  comm->barrier();  // rank 0 removes the directory at exit (support/temp_dir.h)
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #endif
 
 #include "comm/agree.h"
+#include "comm/bit_sum.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/log.h"
@@ -348,35 +349,28 @@ namespace {
 
 // Sum of the raw bit patterns (read as signed integers of the element's width) as int64, in one
 // read of the memory and without a converted copy: fixed-size chunks summed on intra-op threads,
-// the partial sums added in chunk order (integer addition: the result does not depend on either).
-template <typename Int>
-int64_t sum_of_bits(const Int* p, int64_t n) {
+// the partial sums added in chunk order (wrap-around integer addition: the result depends on neither).
+int64_t chunked_sum_of_bits(const void* data, int64_t n, size_t element_size) {
   constexpr int64_t kChunk = int64_t{1} << 16;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<int64_t> partial(static_cast<size_t>(chunks), 0);
+  const auto* bytes = static_cast<const char*>(data);
+  std::vector<uint64_t> partial(static_cast<size_t>(chunks), 0);
   at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
-      int64_t acc = 0;
-      const int64_t stop = std::min(n, (c + 1) * kChunk);
-      for (int64_t i = c * kChunk; i < stop; ++i) acc += static_cast<int64_t>(p[i]);
-      partial[static_cast<size_t>(c)] = acc;
+      const int64_t first = c * kChunk, count = std::min(n, first + kChunk) - first;
+      partial[static_cast<size_t>(c)] =
+          static_cast<uint64_t>(sum_of_bits(bytes + first * static_cast<int64_t>(element_size), count, element_size));
     }
   });
-  int64_t total = 0;
+  uint64_t total = 0;
   for (auto v : partial) total += v;
-  return total;
+  return static_cast<int64_t>(total);
 }
 
 int64_t raw_bit_sum(const torch::Tensor& t0) {
   auto t = t0.detach().contiguous().reshape({-1});
   if (!t.device().is_cpu()) t = t.cpu();
-  const int64_t n = t.numel();
-  switch (t.element_size()) {
-    case 1: return sum_of_bits(static_cast<const int8_t*>(t.data_ptr()), n);
-    case 2: return sum_of_bits(static_cast<const int16_t*>(t.data_ptr()), n);
-    case 4: return sum_of_bits(static_cast<const int32_t*>(t.data_ptr()), n);
-    default: return sum_of_bits(static_cast<const int64_t*>(t.data_ptr()), n);
-  }
+  return chunked_sum_of_bits(t.data_ptr(), t.numel(), t.element_size());
 }
 
 }  // namespace

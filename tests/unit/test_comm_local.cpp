@@ -2,6 +2,9 @@
 // pieces (pack/unpack, checksum, exchange-dtype parsing) behave without MPI.
 #include <gtest/gtest.h>
 
+#include <random>
+
+#include "comm/bit_sum.h"
 #include "comm/communicator.h"
 #include "comm/param_averager.h"
 #include "core/error.h"
@@ -105,6 +108,34 @@ TEST(CommLocal, ChecksumDependsOnValuesAndOrder) {
   auto c = sample();
   c[1][0] += 1e-6f;
   EXPECT_NE(ht::comm::checksum(a), ht::comm::checksum(c));
+}
+
+// Every vector path sums exactly what a plain loop sums, at every width, for lengths around the
+// vector widths (the tails) and past a 64 Ki chunk, with the extremes of each width included.
+template <typename Int>
+void expect_every_path_matches_a_plain_loop() {
+  std::mt19937_64 rng(11);
+  for (int64_t n : {0, 1, 7, 15, 16, 17, 31, 32, 33, 63, 65, 1000, 65536 + 5}) {
+    std::vector<Int> v(static_cast<size_t>(n));
+    for (auto& x : v) x = static_cast<Int>(rng());
+    if (n > 2) v[0] = std::numeric_limits<Int>::min(), v[1] = std::numeric_limits<Int>::max();
+    uint64_t sum = 0;  // wrap-around, as the 64-bit widths overflow
+    for (Int x : v) sum += static_cast<uint64_t>(static_cast<int64_t>(x));
+    const auto expected = static_cast<int64_t>(sum);
+    for (auto path : ht::comm::supported_bit_sum_paths())
+      EXPECT_EQ(ht::comm::sum_of_bits(v.data(), n, sizeof(Int), path), expected)
+          << ht::comm::name_of(path) << " path, " << sizeof(Int) << "-byte elements, n = " << n;
+  }
+}
+
+TEST(CommLocal, BitSumEveryPathMatchesAPlainLoop) {
+  expect_every_path_matches_a_plain_loop<int8_t>();
+  expect_every_path_matches_a_plain_loop<int16_t>();
+  expect_every_path_matches_a_plain_loop<int32_t>();
+  expect_every_path_matches_a_plain_loop<int64_t>();
+  std::printf("bit-sum paths on this CPU:");
+  for (auto path : ht::comm::supported_bit_sum_paths()) std::printf(" %s", ht::comm::name_of(path));
+  std::printf("\n");
 }
 
 }  // namespace

@@ -1,0 +1,136 @@
+#include "comm/bit_sum.h"
+
+#include <immintrin.h>
+
+#include "core/error.h"
+
+namespace ht::comm {
+
+namespace {
+
+// Wrap-around (unsigned) addition: the result does not depend on the order, so every path and
+// every chunking agree bit for bit.
+template <typename Int>
+uint64_t scalar_sum(const Int* p, int64_t n) {
+  uint64_t acc = 0;
+  for (int64_t i = 0; i < n; ++i) acc += static_cast<uint64_t>(static_cast<int64_t>(p[i]));
+  return acc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) uint64_t lanes_sum(__m256i v) {
+  alignas(32) uint64_t lane[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lane), v);
+  return lane[0] + lane[1] + lane[2] + lane[3];
+}
+
+// 4 x int32 -> 4 x int64 per convert; two accumulators hide the add latency.
+__attribute__((target("avx2"))) uint64_t avx2_sum_i32(const int32_t* p, int64_t n) {
+  __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    a = _mm256_add_epi64(a, _mm256_cvtepi32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i))));
+    b = _mm256_add_epi64(b, _mm256_cvtepi32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i + 4))));
+  }
+  return lanes_sum(_mm256_add_epi64(a, b)) + scalar_sum(p + i, n - i);
+}
+
+// 16 x int16 -> two int32 sums of pairs (madd by 1), whose int32 range cannot overflow, then int64.
+__attribute__((target("avx2"))) uint64_t avx2_sum_i16(const int16_t* p, int64_t n) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i pairs = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)), ones);
+    acc = _mm256_add_epi64(acc, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(pairs)));
+    acc = _mm256_add_epi64(acc, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(pairs, 1)));
+  }
+  return lanes_sum(acc) + scalar_sum(p + i, n - i);
+}
+
+__attribute__((target("avx512f"))) uint64_t avx512_sum_i32(const int32_t* p, int64_t n) {
+  __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a = _mm512_add_epi64(a, _mm512_cvtepi32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i))));
+    b = _mm512_add_epi64(b, _mm512_cvtepi32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 8))));
+  }
+  return static_cast<uint64_t>(_mm512_reduce_add_epi64(_mm512_add_epi64(a, b))) + scalar_sum(p + i, n - i);
+}
+
+__attribute__((target("avx512f,avx512bw"))) uint64_t avx512_sum_i16(const int16_t* p, int64_t n) {
+  const __m512i ones = _mm512_set1_epi16(1);
+  __m512i acc = _mm512_setzero_si512();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512i pairs = _mm512_madd_epi16(_mm512_loadu_si512(p + i), ones);
+    acc = _mm512_add_epi64(acc, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(pairs)));
+    acc = _mm512_add_epi64(acc, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(pairs, 1)));
+  }
+  return static_cast<uint64_t>(_mm512_reduce_add_epi64(acc)) + scalar_sum(p + i, n - i);
+}
+#endif
+
+}  // namespace
+
+BitSumPath best_bit_sum_path() {
+#if defined(__x86_64__)
+  static const BitSumPath best = __builtin_cpu_supports("avx512bw") ? BitSumPath::kAvx512
+                                 : __builtin_cpu_supports("avx2")   ? BitSumPath::kAvx2
+                                                                    : BitSumPath::kScalar;
+  return best;
+#else
+  return BitSumPath::kScalar;
+#endif
+}
+
+std::vector<BitSumPath> supported_bit_sum_paths() {
+  std::vector<BitSumPath> paths{BitSumPath::kScalar};
+  if (best_bit_sum_path() != BitSumPath::kScalar) paths.push_back(BitSumPath::kAvx2);
+  if (best_bit_sum_path() == BitSumPath::kAvx512) paths.push_back(BitSumPath::kAvx512);
+  return paths;
+}
+
+const char* name_of(BitSumPath path) {
+  switch (path) {
+    case BitSumPath::kAvx2: return "avx2";
+    case BitSumPath::kAvx512: return "avx512";
+    default: return "scalar";
+  }
+}
+
+namespace {
+
+template <typename Int, typename Avx2, typename Avx512>
+uint64_t dispatch(const void* data, int64_t n, BitSumPath path, [[maybe_unused]] Avx2 avx2, [[maybe_unused]] Avx512 avx512) {
+  const auto* p = static_cast<const Int*>(data);
+#if defined(__x86_64__)
+  if (path == BitSumPath::kAvx512) return avx512(p, n);
+  if (path == BitSumPath::kAvx2) return avx2(p, n);
+#endif
+  return scalar_sum(p, n);
+}
+
+}  // namespace
+
+int64_t sum_of_bits(const void* data, int64_t n, size_t element_size, BitSumPath path) {
+  // A path the CPU lacks would end in SIGILL: refuse it with a message instead.
+  HT_REQUIRE(static_cast<int>(path) <= static_cast<int>(best_bit_sum_path()), ExitCode::kRuntime,
+             "sum_of_bits: this CPU does not run the {} path", name_of(path));
+  uint64_t s = 0;
+  switch (element_size) {
+    case 1: s = scalar_sum(static_cast<const int8_t*>(data), n); break;
+#if defined(__x86_64__)
+    case 2: s = dispatch<int16_t>(data, n, path, avx2_sum_i16, avx512_sum_i16); break;
+    case 4: s = dispatch<int32_t>(data, n, path, avx2_sum_i32, avx512_sum_i32); break;
+#else
+    case 2: s = scalar_sum(static_cast<const int16_t*>(data), n); break;
+    case 4: s = scalar_sum(static_cast<const int32_t*>(data), n); break;
+#endif
+    case 8: s = scalar_sum(static_cast<const int64_t*>(data), n); break;
+    default: HT_FAIL(ExitCode::kRuntime, "sum_of_bits: element size {} is not 1, 2, 4 or 8", element_size);
+  }
+  return static_cast<int64_t>(s);
+}
+
+}  // namespace ht::comm

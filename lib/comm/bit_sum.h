@@ -1,0 +1,25 @@
+// The sum of a buffer's raw bit patterns, the per-tensor part of comm::checksum. It is read once
+// per local-SGD exchange over the whole averaged buffer, so at small models it cost about as much
+// as the collective itself (0.26 of 0.38 ms at the demo shape, scalar): the 32- and 16-bit widths
+// have AVX2 and AVX-512 kernels, chosen at run time from the CPU. Every path returns the same value
+// (integer addition in any order), so checksums agree across ranks on different CPUs.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ht::comm {
+
+enum class BitSumPath { kScalar, kAvx2, kAvx512 };
+
+// The fastest path this CPU runs.
+BitSumPath best_bit_sum_path();
+// The paths this CPU runs (kScalar always), for tests that compare each against the others.
+std::vector<BitSumPath> supported_bit_sum_paths();
+const char* name_of(BitSumPath path);
+
+// Sum of the n elements at data read as signed integers of element_size bytes (1, 2, 4 or 8),
+// each sign-extended to int64, added with 64-bit wrap-around.
+int64_t sum_of_bits(const void* data, int64_t n, size_t element_size, BitSumPath path = best_bit_sum_path());
+
+}  // namespace ht::comm

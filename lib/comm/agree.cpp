@@ -13,9 +13,9 @@ std::string Disagreement::list(bool with_values) const {
   return out;
 }
 
-Disagreement compare_with_root(Communicator& comm, uint64_t value) {
-  std::vector<uint64_t> all(static_cast<size_t>(comm.size()));
-  comm.allgather(&value, all.data(), sizeof(value));
+namespace {
+
+Disagreement disagreement_of(const std::vector<uint64_t>& all) {
   Disagreement d;
   d.root_value = all[0];
   for (size_t r = 1; r < all.size(); ++r) {
@@ -24,6 +24,18 @@ Disagreement compare_with_root(Communicator& comm, uint64_t value) {
     d.their_values.push_back(all[r]);
   }
   return d;
+}
+
+void require_no_disagreement(const Disagreement& d, ExitCode code, const std::string& what) {
+  HT_REQUIRE(d.ranks.empty(), code, "{}: rank 0 has {:016x}, differing: {}", what, d.root_value, d.list(true));
+}
+
+}  // namespace
+
+Disagreement compare_with_root(Communicator& comm, uint64_t value) {
+  std::vector<uint64_t> all(static_cast<size_t>(comm.size()));
+  comm.allgather(&value, all.data(), sizeof(value));
+  return disagreement_of(all);
 }
 
 void run_agreed(Communicator& comm, const std::function<void()>& fn, ExitCode other_code) {
@@ -48,8 +60,23 @@ void run_agreed(Communicator& comm, const std::function<void()>& fn, ExitCode ot
 }
 
 void require_agreement(Communicator& comm, uint64_t value, ExitCode code, const std::string& what) {
-  const Disagreement d = compare_with_root(comm, value);
-  HT_REQUIRE(d.ranks.empty(), code, "{}: rank 0 has {:016x}, differing: {}", what, d.root_value, d.list(true));
+  require_no_disagreement(compare_with_root(comm, value), code, what);
+}
+
+double require_agreement_summing(Communicator& comm, uint64_t value, double addend, ExitCode code,
+                                 const std::string& what) {
+  struct Entry {
+    uint64_t value;
+    double addend;
+  };
+  const Entry mine{value, addend};
+  std::vector<Entry> all(static_cast<size_t>(comm.size()));
+  comm.allgather(&mine, all.data(), sizeof(Entry));
+  std::vector<uint64_t> values;
+  double sum = 0.0;
+  for (const auto& e : all) values.push_back(e.value), sum += e.addend;
+  require_no_disagreement(disagreement_of(values), code, what);
+  return sum;
 }
 
 }  // namespace ht::comm

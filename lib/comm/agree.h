@@ -35,4 +35,10 @@ void run_agreed(Communicator& comm, const std::function<void()>& fn, ExitCode ot
 // The message is `what` followed by the differing ranks and their values.
 void require_agreement(Communicator& comm, uint64_t value, ExitCode code, const std::string& what);
 
+// Collective: require_agreement, and the sum over the ranks of `addend` (added in rank order, the
+// same on every rank) carried in the same allgather: a check that rides along with a reduction
+// costs one small collective instead of two.
+double require_agreement_summing(Communicator& comm, uint64_t value, double addend, ExitCode code,
+                                 const std::string& what);
+
 }  // namespace ht::comm

@@ -3,6 +3,7 @@
 // non-blocking path, checksums that catch a perturbed rank, broadcast, alltoall/iallreduce.
 #include <gtest/gtest.h>
 
+#include "comm/agree.h"
 #include "comm/communicator.h"
 #include "comm/param_averager.h"
 #include "core/error.h"
@@ -174,6 +175,26 @@ TEST(CommAverager, ChecksumMismatchOnOneRankIsDetectedEverywhere) {
   } catch (const ht::Error& e) {
     EXPECT_EQ(e.code(), ht::ExitCode::kRuntime);
     EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+  }
+}
+
+// The check and the sum share one allgather: the sum is every rank's addend on every rank, and a
+// rank whose value differs is named on every rank, whichever rank it is.
+TEST(CommAverager, AgreementCarriesASumAndNamesTheDifferingRank) {
+  auto comm = ht::comm::make_mpi_world();
+  const int w = comm->size();
+  const double addend = 0.5 + comm->rank();  // exact in binary: the sum must be exact too
+  const double sum = ht::comm::require_agreement_summing(*comm, 42, addend, ht::ExitCode::kData, "equal");
+  EXPECT_EQ(sum, 0.5 * w + w * (w - 1) / 2.0);
+  for (int odd = 1; odd < w; ++odd) {
+    try {
+      ht::comm::require_agreement_summing(*comm, comm->rank() == odd ? 7 : 42, addend, ht::ExitCode::kData, "one off");
+      FAIL() << "rank " << odd << "'s value not detected";
+    } catch (const ht::Error& e) {
+      EXPECT_EQ(e.code(), ht::ExitCode::kData);
+      EXPECT_NE(std::string(e.what()).find(fmt::format("one off: rank 0 has 000000000000002a, differing: rank {} (0000000000000007)", odd)),
+                std::string::npos) << e.what();
+    }
   }
 }
 

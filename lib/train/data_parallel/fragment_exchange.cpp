@@ -29,7 +29,13 @@ FragmentExchange::FragmentExchange(const FragmentSetup& setup) : setup_(setup) {
     const auto like = torch::empty({part_numel_}, setup_.layout.flat().options());
     own_ = std::make_unique<comm::ParamAverager>(setup_.cross, std::vector<torch::Tensor>{like}, setup_.exchange);
   }
-  if (setup_.overlapped) snapshot_ = torch::zeros_like(xchg().flat());
+  if (setup_.overlapped) {
+    snapshot_ = torch::zeros_like(xchg().flat());
+  } else {
+    // Allocated once: a sync makes no allocation of its own for the drift.
+    sample_ = sampled(xchg().flat()).contiguous().clone();
+    drift_scratch_ = torch::empty_like(sample_);
+  }
   sample_scale_ = static_cast<double>(part_numel_) / static_cast<double>(std::max<int64_t>(1, sampled(xchg().flat()).numel()));
   if (setup_.outer) {
     global_ = torch::zeros_like(xchg().flat());
@@ -72,7 +78,7 @@ void FragmentExchange::begin(bool blocking) {
   if (snapshot_.defined())
     snapshot_.copy_(flat);
   else
-    sample_ = sampled(flat).clone();
+    sample_.copy_(sampled(flat));
   if (setup_.outer) flat.neg_().add_(global_);  // the pseudo-gradient: global - local
   if (blocking) {
     xchg().allreduce_mean();
@@ -102,8 +108,12 @@ double FragmentExchange::drift_squared() const {
     auto diff = setup_.outer ? (global_ - snapshot_).sub_(flat) : snapshot_ - flat;
     return diff.square().sum(torch::kDouble).item<double>();
   }
-  auto diff = setup_.outer ? (sampled(global_) - sample_).sub_(sampled(flat)) : sample_ - sampled(flat);
-  return diff.square().sum(torch::kDouble).item<double>() * sample_scale_;
+  torch::Tensor diff = drift_scratch_;  // a handle: the writes land in the member
+  if (setup_.outer)
+    torch::sub_out(diff, sampled(global_), sample_).sub_(sampled(flat));
+  else
+    torch::sub_out(diff, sample_, sampled(flat));
+  return diff.square_().sum(torch::kDouble).item<double>() * sample_scale_;
 }
 
 // The mean is in flat: the target is it, or the outer copy after the outer step. Blocking: the
@@ -152,10 +162,16 @@ void FragmentExchange::gather_parts(const torch::Tensor& fragment) const {
   setup_.group.allgather(base + (part_begin_ - setup_.begin), base, static_cast<size_t>(part_numel_) * 4);
 }
 
+// The checksum check and the drift's sum over the replicas share one small collective; inside a
+// group the parts' sums are then added (every rank holds a different part).
 void FragmentExchange::check_consistency(const torch::Tensor& target) {
   checksum_ = comm::checksum({target});
-  if (setup_.consistency_check)
-    comm::verify_replicas_equal(setup_.cross, checksum_, "local SGD exchange of " + setup_.exchange.name);
+  const double across = setup_.consistency_check
+                            ? comm::require_agreement_summing(setup_.cross, checksum_, drift_sq_, ExitCode::kRuntime,
+                                                              "consistency check failed after local SGD exchange of " +
+                                                                  setup_.exchange.name + ": replicas differ from rank 0")
+                            : setup_.cross.allreduce_sum(drift_sq_);
+  world_drift_sq_ = setup_.group.size() > 1 ? setup_.group.allreduce_sum(across) : across;
 }
 
 void FragmentExchange::average_into(torch::Tensor& values, bool more_steps) {

@@ -66,10 +66,11 @@ class FragmentExchange {
   void reset_outer(bool keep_momentum = false);
 
   // Telemetry of the last completed exchange.
-  // This rank's part: |local - mean|^2, exact for overlapped exchanges (they keep the whole local
-  // part); for blocking ones estimated from a fixed 1/16 of the part (contiguous blocks of 1024
-  // values, scaled up), so that a sync reads no full copy of the parameters besides its exchange.
-  double last_drift_squared() const { return drift_sq_; }
+  // Sum over every rank of |local - mean|^2 of its part (the same on every rank): exact for
+  // overlapped exchanges (they keep the whole local part); for blocking ones estimated from a fixed
+  // 1/16 of each part (contiguous blocks of 1024 values, scaled up), so that a sync reads no full
+  // copy of the parameters besides its exchange.
+  double world_drift_squared() const { return world_drift_sq_; }
   uint64_t last_checksum() const { return checksum_; }
   uint64_t bytes_per_exchange() const { return xchg().bytes_per_call(); }
   int64_t staged_transfers() const { return xchg().staged_transfers(); }
@@ -110,10 +111,12 @@ class FragmentExchange {
   torch::Tensor sampled(const torch::Tensor& part) const;  // the drift sample's view of a part-sized buffer
   torch::Tensor snapshot_;                     // overlapped: local part at the start of the exchange
   torch::Tensor sample_;                       // blocking: the drift sample of the local part
+  torch::Tensor drift_scratch_;                // blocking: the sample's difference from the mean
   double sample_scale_ = 1.0;                  // part values / sampled values
   torch::Tensor global_, momentum_;            // outer copy and momentum (part-sized)
   bool pending_ = false, mean_ready_ = false;
-  double drift_sq_ = 0.0;
+  double drift_sq_ = 0.0;        // this rank's part
+  double world_drift_sq_ = 0.0;  // summed over every rank
   uint64_t checksum_ = 0;
 };
 

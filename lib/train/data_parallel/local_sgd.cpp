@@ -185,7 +185,7 @@ void LocalSgd::complete(Fragment& f) {
 // An average was applied: drift over every replica, the checksum, the moments when averaged.
 void LocalSgd::after_exchange(const Fragment& f, double seconds) {
   const int64_t replicas = cross_->size();
-  stats_.last_drift = std::sqrt(comm_.allreduce_sum(f.exchange->last_drift_squared()) / static_cast<double>(replicas));
+  stats_.last_drift = std::sqrt(f.exchange->world_drift_squared() / static_cast<double>(replicas));
   stats_.last_checksum = f.exchange->last_checksum();
   if (cfg_.optimizer_state == config::OptimizerState::kAverage) average_moments();
   stats_.last_sync_seconds = seconds;

@@ -21,6 +21,7 @@
 #include "comm/communicator.h"
 #include "comm/param_averager.h"
 #include "core/log.h"
+#include "core/memory.h"
 #include "core/timer.h"
 #include "model/gpt.h"
 #include "train/data_parallel/data_parallel.h"
@@ -175,6 +176,9 @@ int main(int argc, char** argv) {
   ht::comm::MpiSession mpi(&argc, &argv);
   auto comm = ht::comm::make_mpi_world();
   g_comm = comm.get();
+  // As the trainer does by default (train.retain_freed_memory): the temporaries of each case are
+  // not handed back to the OS and faulted in again on the next iteration.
+  ht::memory::retain_freed_memory();
   ht::log::init(comm->rank(), comm->size(), ht::log::Level::kWarn);
   const char* threads = std::getenv("HT_BENCH_THREADS");
   torch::set_num_threads(threads ? std::atoi(threads) : 1);

@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "core/error.h"
 
 namespace ht::comm {
@@ -14,6 +16,18 @@ template <typename Int>
 uint64_t scalar_sum(const Int* p, int64_t n) {
   uint64_t acc = 0;
   for (int64_t i = 0; i < n; ++i) acc += static_cast<uint64_t>(static_cast<int64_t>(p[i]));
+  return acc;
+}
+
+uint64_t scalar_scale_sum(float* p, int64_t n, float scale) {
+  uint64_t acc = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = p[i] * scale;
+    p[i] = v;
+    int32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    acc += static_cast<uint64_t>(static_cast<int64_t>(bits));
+  }
   return acc;
 }
 
@@ -69,6 +83,35 @@ __attribute__((target("avx512f,avx512bw"))) uint64_t avx512_sum_i16(const int16_
   }
   return static_cast<uint64_t>(_mm512_reduce_add_epi64(acc)) + scalar_sum(p + i, n - i);
 }
+
+// The scaled values are stored and their bits, still in the register, summed as int32 -> int64.
+__attribute__((target("avx2"))) uint64_t avx2_scale_sum(float* p, int64_t n, float scale) {
+  const __m256 k = _mm256_set1_ps(scale);
+  __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(p + i), k);
+    _mm256_storeu_ps(p + i, v);
+    const __m256i bits = _mm256_castps_si256(v);
+    a = _mm256_add_epi64(a, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(bits)));
+    b = _mm256_add_epi64(b, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(bits, 1)));
+  }
+  return lanes_sum(_mm256_add_epi64(a, b)) + scalar_scale_sum(p + i, n - i, scale);
+}
+
+__attribute__((target("avx512f"))) uint64_t avx512_scale_sum(float* p, int64_t n, float scale) {
+  const __m512 k = _mm512_set1_ps(scale);
+  __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(p + i), k);
+    _mm512_storeu_ps(p + i, v);
+    const __m512i bits = _mm512_castps_si512(v);
+    a = _mm512_add_epi64(a, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(bits)));
+    b = _mm512_add_epi64(b, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(bits, 1)));
+  }
+  return static_cast<uint64_t>(_mm512_reduce_add_epi64(_mm512_add_epi64(a, b))) + scalar_scale_sum(p + i, n - i, scale);
+}
 #endif
 
 }  // namespace
@@ -111,12 +154,16 @@ uint64_t dispatch(const void* data, int64_t n, BitSumPath path, [[maybe_unused]]
   return scalar_sum(p, n);
 }
 
+// A path the CPU lacks would end in SIGILL: refuse it with a message instead.
+void require_runs(BitSumPath path, const char* what) {
+  HT_REQUIRE(static_cast<int>(path) <= static_cast<int>(best_bit_sum_path()), ExitCode::kRuntime,
+             "{}: this CPU does not run the {} path", what, name_of(path));
+}
+
 }  // namespace
 
 int64_t sum_of_bits(const void* data, int64_t n, size_t element_size, BitSumPath path) {
-  // A path the CPU lacks would end in SIGILL: refuse it with a message instead.
-  HT_REQUIRE(static_cast<int>(path) <= static_cast<int>(best_bit_sum_path()), ExitCode::kRuntime,
-             "sum_of_bits: this CPU does not run the {} path", name_of(path));
+  require_runs(path, "sum_of_bits");
   uint64_t s = 0;
   switch (element_size) {
     case 1: s = scalar_sum(static_cast<const int8_t*>(data), n); break;
@@ -131,6 +178,15 @@ int64_t sum_of_bits(const void* data, int64_t n, size_t element_size, BitSumPath
     default: HT_FAIL(ExitCode::kRuntime, "sum_of_bits: element size {} is not 1, 2, 4 or 8", element_size);
   }
   return static_cast<int64_t>(s);
+}
+
+int64_t scale_summing_bits(float* data, int64_t n, float scale, BitSumPath path) {
+  require_runs(path, "scale_summing_bits");
+#if defined(__x86_64__)
+  if (path == BitSumPath::kAvx512) return static_cast<int64_t>(avx512_scale_sum(data, n, scale));
+  if (path == BitSumPath::kAvx2) return static_cast<int64_t>(avx2_scale_sum(data, n, scale));
+#endif
+  return static_cast<int64_t>(scalar_scale_sum(data, n, scale));
 }
 
 }  // namespace ht::comm

@@ -22,4 +22,9 @@ const char* name_of(BitSumPath path);
 // each sign-extended to int64, added with 64-bit wrap-around.
 int64_t sum_of_bits(const void* data, int64_t n, size_t element_size, BitSumPath path = best_bit_sum_path());
 
+// data[i] *= scale for the n floats, returning sum_of_bits of the scaled values: the averaged
+// buffer's 1/W pass and the checksum's read in one pass over the memory. The products are IEEE
+// single-precision multiplications on every path, so the stored values match a plain loop's.
+int64_t scale_summing_bits(float* data, int64_t n, float scale, BitSumPath path = best_bit_sum_path());
+
 }  // namespace ht::comm

@@ -229,7 +229,41 @@ double ParamAverager::pending_scale() const {
   return opts_.dtype == ExchangeDType::kF32 && comm_.size() > 1 ? 1.0 / comm_.size() : 1.0;
 }
 
-void ParamAverager::copy_from_wire(bool scale) {
+namespace {
+
+// fixed-size chunks of [0, n) on intra-op threads, fn(first, count) -> each chunk's wrap-around
+// sum, the sums added in chunk order (the result depends on neither the threads nor the chunking).
+template <typename Fn>
+int64_t chunked_sum(int64_t n, Fn fn) {
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<uint64_t> partial(static_cast<size_t>(chunks), 0);
+  at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const int64_t first = c * kChunk;
+      partial[static_cast<size_t>(c)] = static_cast<uint64_t>(fn(first, std::min(n, first + kChunk) - first));
+    }
+  });
+  uint64_t total = 0;
+  for (auto v : partial) total += v;
+  return static_cast<int64_t>(total);
+}
+
+// Sum of the raw bit patterns (read as signed integers of the element's width) as int64, in one
+// read of the memory and without a converted copy.
+int64_t raw_bit_sum(const torch::Tensor& t0) {
+  auto t = t0.detach().contiguous().reshape({-1});
+  if (!t.device().is_cpu()) t = t.cpu();
+  const auto* bytes = static_cast<const char*>(t.data_ptr());
+  const auto size = t.element_size();
+  return chunked_sum(t.numel(), [&](int64_t first, int64_t count) {
+    return sum_of_bits(bytes + first * static_cast<int64_t>(size), count, size);
+  });
+}
+
+}  // namespace
+
+void ParamAverager::copy_from_wire(bool scale, int64_t* bit_sum) {
   if (!wire_.is_same(flat_)) {
     if (opts_.dtype == ExchangeDType::kF32) {
       flat_.copy_(wire_);
@@ -244,7 +278,18 @@ void ParamAverager::copy_from_wire(bool scale) {
       }
     }
   }
-  if (scale && pending_scale() != 1.0) flat_.mul_(pending_scale());
+  if (scale && pending_scale() != 1.0) {
+    if (bit_sum != nullptr && flat_.is_cpu()) {
+      auto* data = flat_.data_ptr<float>();
+      const auto factor = static_cast<float>(pending_scale());
+      *bit_sum = chunked_sum(flat_.numel(), [&](int64_t first, int64_t count) {
+        return scale_summing_bits(data + first, count, factor);
+      });
+      return;
+    }
+    flat_.mul_(pending_scale());
+  }
+  if (bit_sum != nullptr) *bit_sum = raw_bit_sum(flat_);
 }
 
 // The reduce-scatter half of an encoded bucket is in recv_: chunk j came from rank j. Decode the
@@ -288,10 +333,10 @@ void ParamAverager::launch(bool blocking) {
   }
 }
 
-void ParamAverager::allreduce_mean() {
+void ParamAverager::allreduce_mean(int64_t* bit_sum) {
   HT_REQUIRE(!pending(), ExitCode::kRuntime, "ParamAverager({}): exchange already pending", opts_.name);
   launch(true);
-  copy_from_wire(true);
+  copy_from_wire(true, bit_sum);
 }
 
 void ParamAverager::start_mean() {
@@ -307,14 +352,14 @@ bool ParamAverager::test_mean() {
   return done;
 }
 
-void ParamAverager::wait_mean() {
+void ParamAverager::wait_mean(int64_t* bit_sum) {
   HT_REQUIRE(pending(), ExitCode::kRuntime, "ParamAverager({}): wait_mean without start_mean", opts_.name);
   for (auto& r : requests_)
     if (r) r->wait();
   requests_.clear();
   if (opts_.dtype != ExchangeDType::kF32)
     for (const auto& b : buckets_) finish_coded_bucket(b);
-  copy_from_wire(true);
+  copy_from_wire(true, bit_sum);
 }
 
 // The 1/W scale is fused into the copy back (one pass over the buffer instead of two).
@@ -347,46 +392,26 @@ void ParamAverager::average(const std::vector<torch::Tensor>& tensors) {
 
 namespace {
 
-// Sum of the raw bit patterns (read as signed integers of the element's width) as int64, in one
-// read of the memory and without a converted copy: fixed-size chunks summed on intra-op threads,
-// the partial sums added in chunk order (wrap-around integer addition: the result depends on neither).
-int64_t chunked_sum_of_bits(const void* data, int64_t n, size_t element_size) {
-  constexpr int64_t kChunk = int64_t{1} << 16;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  const auto* bytes = static_cast<const char*>(data);
-  std::vector<uint64_t> partial(static_cast<size_t>(chunks), 0);
-  at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t c = begin; c < end; ++c) {
-      const int64_t first = c * kChunk, count = std::min(n, first + kChunk) - first;
-      partial[static_cast<size_t>(c)] =
-          static_cast<uint64_t>(sum_of_bits(bytes + first * static_cast<int64_t>(element_size), count, element_size));
-    }
-  });
-  uint64_t total = 0;
-  for (auto v : partial) total += v;
-  return static_cast<int64_t>(total);
-}
-
-int64_t raw_bit_sum(const torch::Tensor& t0) {
-  auto t = t0.detach().contiguous().reshape({-1});
-  if (!t.device().is_cpu()) t = t.cpu();
-  return chunked_sum_of_bits(t.data_ptr(), t.numel(), t.element_size());
+// One link of the checksum's FNV-1a chain: a tensor's (sum of the raw bits as int64, numel).
+uint64_t chain(uint64_t h, int64_t bit_sum, int64_t numel) {
+  for (uint64_t v : {static_cast<uint64_t>(bit_sum), static_cast<uint64_t>(numel)}) {
+    h ^= v;
+    h *= kFnvPrime;
+  }
+  return h;
 }
 
 }  // namespace
 
 uint64_t checksum(const std::vector<torch::Tensor>& tensors) {
-  // FNV-1a over (sum of the raw bits as int64, numel) per tensor: any single changed value changes
-  // the sum; the tensor order and sizes enter through the hash chain. Costs one read of each tensor.
+  // Any single changed value changes a tensor's bit sum; the tensor order and sizes enter through
+  // the hash chain. Costs one read of each tensor.
   uint64_t h = kFnvOffset;
-  for (const auto& t : tensors) {
-    for (uint64_t v : {static_cast<uint64_t>(raw_bit_sum(t)), static_cast<uint64_t>(t.numel())}) {
-      h ^= v;
-      h *= kFnvPrime;
-    }
-  }
+  for (const auto& t : tensors) h = chain(h, raw_bit_sum(t), t.numel());
   return h;
 }
+
+uint64_t checksum_of_bit_sum(int64_t bit_sum, int64_t numel) { return chain(kFnvOffset, bit_sum, numel); }
 
 void verify_replicas_equal(Communicator& comm, uint64_t local_checksum, const std::string& what) {
   require_agreement(comm, local_checksum, ExitCode::kRuntime,

@@ -73,10 +73,13 @@ class ParamAverager {
   void unpack_range(const std::vector<torch::Tensor>& tensors, int64_t begin, int64_t end, const torch::Tensor& source,
                     bool add);
   int64_t padded_numel() const { return padded_numel_; }
-  void allreduce_mean();  // flat() := mean over ranks, blocking
+  // flat() := mean over ranks, blocking. With bit_sum: also sum_of_bits (comm/bit_sum.h) of the
+  // whole of flat() afterwards, the checksum's input, added up by the 1/W pass where there is one
+  // (fp32 on the host) instead of a second read of the buffer.
+  void allreduce_mean(int64_t* bit_sum = nullptr);
   void start_mean();      // begins flat() := mean; flat() must not be touched until wait_mean()
   bool test_mean();       // drives progress of a started mean; true when the exchange is done
-  void wait_mean();
+  void wait_mean(int64_t* bit_sum = nullptr);  // bit_sum: as for allreduce_mean
   bool pending() const { return !requests_.empty(); }
 
   // Times the staging buffer carried an exchange (telemetry: proves the staged path ran).
@@ -91,7 +94,7 @@ class ParamAverager {
  private:
   struct Bucket { int64_t begin, count; };
   void copy_to_wire();
-  void copy_from_wire(bool scale);
+  void copy_from_wire(bool scale, int64_t* bit_sum = nullptr);
   double pending_scale() const;
   void launch(bool blocking);
   void finish_coded_bucket(const Bucket& b);
@@ -116,6 +119,8 @@ class ParamAverager {
 // 64-bit checksum of the tensors' bits: per tensor the int64 sum of its raw bit patterns and its
 // numel, chained with FNV-1a. Any single changed value changes it. Collective-free.
 uint64_t checksum(const std::vector<torch::Tensor>& tensors);
+// checksum({t}) from t's numel and a bit sum already taken (ParamAverager::allreduce_mean's).
+uint64_t checksum_of_bit_sum(int64_t bit_sum, int64_t numel);
 // Allgathers checksum; throws ht::Error(kRuntime) on every rank, naming the ranks that differ from rank 0.
 void verify_replicas_equal(Communicator& comm, uint64_t local_checksum, const std::string& what);
 // Copies root's tensors into every rank's tensors (any device; CUDA goes through host memory).

@@ -165,6 +165,34 @@ TEST(CommAverager, NonBlockingMeanEqualsBlockingMean) {
   }
 }
 
+// The bit sum a mean hands back (fused into the 1/W pass for fp32, a separate read for encoded
+// exchanges, blocking and not, direct and staged) is the checksum of the mean it left in flat(),
+// and that mean is the same bits as without the sum.
+TEST(CommAverager, MeanWithBitSumGivesTheChecksumOfTheMean) {
+  auto comm = ht::comm::make_mpi_world();
+  for (auto dt : {ExchangeDType::kF32, ExchangeDType::kI8})
+    for (bool staged : {false, true})
+      for (bool blocking : {true, false}) {
+        auto t = values_for(comm->rank(), 3000);  // past one 64 Ki chunk of the parallel sum
+        ParamAverager plain(*comm, t, {dt, 0, staged, "plain"}), summing(*comm, t, {dt, 0, staged, "summing"});
+        plain.pack(t);
+        plain.allreduce_mean();
+        summing.pack(t);
+        int64_t bits = 0;
+        if (blocking) {
+          summing.allreduce_mean(&bits);
+        } else {
+          summing.start_mean();
+          summing.wait_mean(&bits);
+        }
+        const std::string what = fmt::format("{} {} {}", ht::comm::to_string(dt), staged ? "staged" : "direct",
+                                             blocking ? "blocking" : "non-blocking");
+        EXPECT_TRUE(torch::equal(plain.flat(), summing.flat())) << what;
+        EXPECT_EQ(ht::comm::checksum_of_bit_sum(bits, summing.flat().numel()), ht::comm::checksum({summing.flat()}))
+            << what;
+      }
+}
+
 TEST(CommAverager, ChecksumMismatchOnOneRankIsDetectedEverywhere) {
   auto comm = ht::comm::make_mpi_world();
   auto t = values_for(0);

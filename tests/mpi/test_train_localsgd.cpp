@@ -263,24 +263,61 @@ TEST(LocalSgd, DriftIsZeroAfterSyncAndPositiveAfterLocalSteps) {
   EXPECT_LT(lsgd.measure_drift(), 1e-6);      // W=3: the mean of equal values may round by an ulp
 }
 
+// Forwards to a real communicator; on rank `bad`, changes one value of every fp32 all-reduce result
+// longer than one element (the parameter averages), as a faulty link or device would.
+class CorruptingComm final : public ht::comm::Communicator {
+ public:
+  CorruptingComm(ht::comm::Communicator& inner, int bad) : inner_(inner), bad_(bad) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  int local_rank() const override { return inner_.local_rank(); }
+  int local_size() const override { return inner_.local_size(); }
+  std::string hostname() const override { return inner_.hostname(); }
+  void barrier() override { inner_.barrier(); }
+  void allreduce(void* buf, size_t count, ht::comm::DType t, ht::comm::ReduceOp op) override {
+    inner_.allreduce(buf, count, t, op);
+    if (rank() == bad_ && t == ht::comm::DType::kF32 && count > 1) {
+      static_cast<float*>(buf)[0] += 1e-3f;
+      ++corrupted;
+    }
+  }
+  void broadcast(void* buf, size_t bytes, int root) override { inner_.broadcast(buf, bytes, root); }
+  void allgather(const void* send, void* recv, size_t bytes) override { inner_.allgather(send, recv, bytes); }
+  void reduce_scatter(const float* send, float* recv, size_t count) override { inner_.reduce_scatter(send, recv, count); }
+  std::unique_ptr<ht::comm::Communicator> split(int color, int key) override { return inner_.split(color, key); }
+  int node_leader() const override { return inner_.node_leader(); }
+  void send(const void* buf, size_t bytes, int dest) override { inner_.send(buf, bytes, dest); }
+  void recv(void* buf, size_t bytes, int src) override { inner_.recv(buf, bytes, src); }
+  [[noreturn]] void abort(int code) override { inner_.abort(code); }
+  int corrupted = 0;
+
+ private:
+  ht::comm::Communicator& inner_;
+  int bad_;
+};
+
+// The check compares the mean each replica applied: the bit sum the 1/W pass adds up must see a
+// result that differs on one rank, blocking and overlapped alike.
 TEST(LocalSgd, ForcedChecksumMismatchIsDetected) {
-  auto comm = ht::comm::make_mpi_world();
-  Replica rep(comm->rank());
-  auto dp = rep.strategy(*comm, local(2));
-  auto& lsgd = as_local(*dp);
-  const int rank = comm->rank();
-  auto p0 = rep.params()[0];
-  lsgd.set_post_average_hook([&] {
-    torch::NoGradGuard g;
-    if (rank == comm->size() - 1) p0.view({-1})[0] += 1e-4f;
-  });
-  rep.train_step(lsgd, rank, 0);
-  try {
-    rep.train_step(lsgd, rank, 1);
-    FAIL() << "mismatch not detected";
-  } catch (const ht::Error& e) {
-    EXPECT_EQ(e.code(), ht::ExitCode::kRuntime);
-    EXPECT_NE(std::string(e.what()).find(fmt::format("rank {}", comm->size() - 1)), std::string::npos) << e.what();
+  auto world = ht::comm::make_mpi_world();
+  for (int64_t overlap : {0, 1}) {
+    const int bad = world->size() - 1;
+    CorruptingComm comm(*world, bad);
+    Replica rep(comm.rank());
+    auto cfg = local(2);
+    cfg.overlap_steps = overlap;
+    auto dp = rep.strategy(comm, cfg);
+    auto& lsgd = as_local(*dp);
+    const int rank = comm.rank();
+    try {
+      for (int s = 0; s < 4; ++s) rep.train_step(lsgd, rank, s);
+      FAIL() << "mismatch not detected, overlap_steps " << overlap;
+    } catch (const ht::Error& e) {
+      EXPECT_EQ(e.code(), ht::ExitCode::kRuntime);
+      EXPECT_NE(std::string(e.what()).find(fmt::format("rank {}", bad)), std::string::npos) << e.what();
+      if (rank == bad) EXPECT_GT(comm.corrupted, 0);
+    }
+    world->barrier();
   }
 }
 

@@ -2,6 +2,8 @@
 // pieces (pack/unpack, checksum, exchange-dtype parsing) behave without MPI.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <limits>
 #include <random>
 
 #include "comm/bit_sum.h"
@@ -125,6 +127,30 @@ void expect_every_path_matches_a_plain_loop() {
     for (auto path : ht::comm::supported_bit_sum_paths())
       EXPECT_EQ(ht::comm::sum_of_bits(v.data(), n, sizeof(Int), path), expected)
           << ht::comm::name_of(path) << " path, " << sizeof(Int) << "-byte elements, n = " << n;
+  }
+}
+
+// Every path of the fused 1/W pass stores what libtorch's mul_ stores and returns the bit sum of
+// it, tails and a chunk's length included, with signed zeros, subnormals and infinities in the data.
+TEST(CommLocal, ScaleSummingBitsEveryPathMatchesMulThenSum) {
+  for (float scale : {0.5f, 1.0f / 3.0f, 0.125f}) {
+    for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 33, 1000, 65536 + 5}) {
+      torch::manual_seed(n);
+      auto data = torch::randn({n}) * 1e3;
+      if (n > 4) {
+        data[0] = -0.0f, data[1] = 1e-40f, data[2] = std::numeric_limits<float>::infinity();
+        data[3] = -std::numeric_limits<float>::min();
+      }
+      auto expected = data.mul(scale);
+      const int64_t expected_bits = ht::comm::sum_of_bits(expected.data_ptr(), n, 4, ht::comm::BitSumPath::kScalar);
+      for (auto path : ht::comm::supported_bit_sum_paths()) {
+        auto out = data.clone();
+        const int64_t bits = ht::comm::scale_summing_bits(out.data_ptr<float>(), n, scale, path);
+        EXPECT_EQ(bits, expected_bits) << ht::comm::name_of(path) << " path, n = " << n << ", scale " << scale;
+        EXPECT_EQ(std::memcmp(out.data_ptr(), expected.data_ptr(), static_cast<size_t>(n) * 4), 0)
+            << ht::comm::name_of(path) << " path stores other values, n = " << n << ", scale " << scale;
+      }
+    }
   }
 }
 

@@ -80,8 +80,9 @@ void FragmentExchange::begin(bool blocking) {
   else
     sample_.copy_(sampled(flat));
   if (setup_.outer) flat.neg_().add_(global_);  // the pseudo-gradient: global - local
+  mean_bit_sum_.reset();
   if (blocking) {
-    xchg().allreduce_mean();
+    xchg().allreduce_mean(mean_bit_sum());
     finish_exchange(/*overlapped=*/false);
     return;
   }
@@ -96,8 +97,15 @@ void FragmentExchange::progress() {
 
 void FragmentExchange::complete() {
   HT_REQUIRE(pending_, ExitCode::kRuntime, "local SGD: complete() without an exchange in flight");
-  if (!mean_ready_) xchg().wait_mean();
+  if (!mean_ready_) xchg().wait_mean(mean_bit_sum());
   finish_exchange(/*overlapped=*/true);
+}
+
+// Where the exchange's mean is the target (plain averaging), the 1/W pass adds up its bit sum.
+int64_t* FragmentExchange::mean_bit_sum() {
+  if (setup_.outer) return nullptr;
+  mean_bit_sum_ = 0;
+  return &*mean_bit_sum_;
 }
 
 // |p_r - mean|^2 of this rank's part: plain averaging has the mean in flat; the outer rule has the
@@ -129,10 +137,8 @@ void FragmentExchange::finish_exchange(bool overlapped) {
   if (overlapped) {
     check_consistency(target);
     apply(target - snapshot_, /*add=*/true);
-    if (post_apply_hook) post_apply_hook();
   } else {
-    apply(target, /*add=*/false);
-    if (post_apply_hook) post_apply_hook();
+    apply(target, /*add=*/false);  // reads the target, never writes it: its bit sum stays valid
     check_consistency(target);
   }
 }
@@ -165,7 +171,7 @@ void FragmentExchange::gather_parts(const torch::Tensor& fragment) const {
 // The checksum check and the drift's sum over the replicas share one small collective; inside a
 // group the parts' sums are then added (every rank holds a different part).
 void FragmentExchange::check_consistency(const torch::Tensor& target) {
-  checksum_ = comm::checksum({target});
+  checksum_ = mean_bit_sum_ ? comm::checksum_of_bit_sum(*mean_bit_sum_, target.numel()) : comm::checksum({target});
   const double across = setup_.consistency_check
                             ? comm::require_agreement_summing(setup_.cross, checksum_, drift_sq_, ExitCode::kRuntime,
                                                               "consistency check failed after local SGD exchange of " +

@@ -13,9 +13,9 @@
 #include <torch/torch.h>
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,9 +74,6 @@ class FragmentExchange {
   uint64_t last_checksum() const { return checksum_; }
   uint64_t bytes_per_exchange() const { return xchg().bytes_per_call(); }
   int64_t staged_transfers() const { return xchg().staged_transfers(); }
-  // Runs after an average is applied and before the consistency check (tests).
-  std::function<void()> post_apply_hook;
-
   // What finish() would make of this fragment, written into `values` (a copy of the layout's flat
   // buffer): the average in flight applied, then, when local steps were taken since it began
   // (more_steps), one more blocking average. Collective within group and cross; changes nothing here.
@@ -103,6 +100,7 @@ class FragmentExchange {
   void gather_parts(const torch::Tensor& fragment) const;
   void finish_exchange(bool overlapped);
   void check_consistency(const torch::Tensor& target);
+  int64_t* mean_bit_sum();  // where the next mean's bit sum goes (nullptr: the target is not the mean)
 
   FragmentSetup setup_;
   std::unique_ptr<comm::ParamAverager> own_;   // the part's exchange (not the whole layout)
@@ -118,6 +116,9 @@ class FragmentExchange {
   double drift_sq_ = 0.0;        // this rank's part
   double world_drift_sq_ = 0.0;  // summed over every rank
   uint64_t checksum_ = 0;
+  // The mean's bit sum from the exchange's own 1/W pass (plain averaging); absent: the checksum
+  // reads the target itself (the outer copy, or a mean another call already waited for).
+  std::optional<int64_t> mean_bit_sum_;
 };
 
 }  // namespace ht::train

@@ -255,10 +255,6 @@ void LocalSgd::finish() {
   finished_ = true;
 }
 
-void LocalSgd::set_post_average_hook(std::function<void()> hook) {
-  for (auto& f : fragments_) f.exchange->post_apply_hook = hook;
-}
-
 double LocalSgd::measure_drift() {
   for (const auto& f : fragments_)
     HT_REQUIRE(!f.exchange->pending(), ExitCode::kRuntime, "local_sgd: measure_drift while an exchange is in flight");

@@ -16,7 +16,6 @@
 // in the groups: the group's reduced shard averaged again across the groups).
 // Semantics and telemetry: docs/local-sgd.md.
 #pragma once
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,8 +75,6 @@ class LocalSgd final : public DataParallel {
   // Collective diagnostic: sqrt(sum over replicas |p - mean|^2 / replicas) of the current
   // parameters, with one extra average. Changes nothing; not counted in stats().
   double measure_drift();
-  // Test hook: runs after each average is applied and before its consistency check.
-  void set_post_average_hook(std::function<void()> hook);
 
  private:
   struct Fragment {

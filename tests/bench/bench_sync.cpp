@@ -10,7 +10,8 @@
 // and the pieces of a sync:
 //   pack            copying the parameters into the exchange buffer (what an unbound sync pays)
 //   collective      one MPI_Allreduce of the same bytes on a preallocated buffer (the floor)
-//   checksum        comm::checksum of the averaged buffer (the consistency check's local part)
+//   checksum        comm::checksum of the averaged buffer in a read of its own (what the sync
+//                   saves by adding the bit sum up in its 1/W pass; encoded and outer exchanges pay it)
 // Iteration counts are fixed (every rank runs the same collectives); each iteration starts after
 // a barrier and counts the maximum over ranks. Rank 0 prints SUMMARY lines with the ratios.
 #include <benchmark/benchmark.h>

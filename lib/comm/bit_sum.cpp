@@ -32,6 +32,11 @@ uint64_t scalar_scale_sum(float* p, int64_t n, float scale) {
 }
 
 #if defined(__x86_64__)
+// GCC 12's intrinsic headers make their "undefined" vectors by initialising a variable from itself
+// (`__Y = __Y`), which -Wuninitialized reports once those intrinsics are inlined into the kernels.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 __attribute__((target("avx2"))) uint64_t lanes_sum(__m256i v) {
   alignas(32) uint64_t lane[4];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lane), v);
@@ -112,6 +117,7 @@ __attribute__((target("avx512f"))) uint64_t avx512_scale_sum(float* p, int64_t n
   }
   return static_cast<uint64_t>(_mm512_reduce_add_epi64(_mm512_add_epi64(a, b))) + scalar_scale_sum(p + i, n - i, scale);
 }
+#pragma GCC diagnostic pop
 #endif
 
 }  // namespace

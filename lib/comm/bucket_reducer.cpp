@@ -19,6 +19,8 @@ torch::ScalarType wire_type(ExchangeDType t) {
     case ExchangeDType::kBF16: return torch::kBFloat16;
     case ExchangeDType::kF16: return torch::kHalf;
     case ExchangeDType::kF32: break;
+    case ExchangeDType::kI8:
+    case ExchangeDType::kI4: break;  // refused by the constructor before the wire is made
   }
   return torch::kFloat;
 }

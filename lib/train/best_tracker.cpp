@@ -20,8 +20,8 @@ BestTracker::BestTracker(const config::Config& cfg)
     : metric_(cfg.checkpoint.best_metric),
       greater_is_better_(cfg.greater_is_better()),
       patience_(cfg.train.early_stopping_patience),
-      threshold_(cfg.train.early_stopping_threshold),
-      target_loss_(cfg.train.target_eval_loss) {}
+      target_loss_(cfg.train.target_eval_loss),
+      threshold_(cfg.train.early_stopping_threshold) {}
 
 BestTracker::Verdict BestTracker::observe(const EvalResult& r, int64_t step) {
   const double v = metric_value(r, metric_);

@@ -143,8 +143,9 @@ TEST(BucketReducer, SixteenBitEqualsParamAverager) {
 TEST(BucketReducer, RejectsBadBuffers) {
   auto comm = ht::comm::make_mpi_world();
   EXPECT_THROW(BucketReducer(*comm, torch::zeros({4}, torch::kDouble), 4, ExchangeDType::kF32, "t"), ht::Error);
-  if (comm->size() > 1)
+  if (comm->size() > 1) {
     EXPECT_THROW(BucketReducer(*comm, torch::zeros({comm->size() * 3 + 1}), 4, ExchangeDType::kF32, "t"), ht::Error);
+  }
   auto flat = torch::zeros({comm->size() * 4});
   BucketReducer red(*comm, flat, comm->size(), ExchangeDType::kF32, "t");
   red.start(0);

@@ -97,7 +97,10 @@ void FragmentExchange::progress() {
 
 void FragmentExchange::complete() {
   HT_REQUIRE(pending_, ExitCode::kRuntime, "local SGD: complete() without an exchange in flight");
-  if (!mean_ready_) xchg().wait_mean(mean_bit_sum());
+  if (mean_ready_)
+    mean_bit_sum_.reset();  // the mean came some other way (average_into, a restored checkpoint): read it
+  else
+    xchg().wait_mean(mean_bit_sum());
   finish_exchange(/*overlapped=*/true);
 }
 

@@ -1,13 +1,6 @@
 // Wire encodings of averaged values (see exchange.h).
 #include "comm/exchange.h"
 
-#include <ATen/Parallel.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <vector>
-
 #include "core/error.h"
 
 namespace ht::comm {
@@ -34,62 +27,6 @@ void check_wire(const torch::Tensor& wire, ExchangeDType t, int64_t n, int64_t b
   HT_REQUIRE(static_cast<uint64_t>(wire.numel()) == wire_bytes(t, n, block), ExitCode::kRuntime,
              "comm: {} values in {} take {} bytes, the wire buffer has {}", n, to_string(t), wire_bytes(t, n, block),
              wire.numel());
-}
-
-// The integer codecs on the host: one pass per block of `block` values, no temporaries the size of
-// the buffer (the tensor formulation below made about ten passes and five model-sized temporaries,
-// which cost more than the collective on a fast link). Same arithmetic as that formulation, in the
-// same order (fp32 scale = max|x| / code_max, its fp32 reciprocal, round half to even), so host and
-// device encode a block to the same bytes.
-void encode_blocks_on_host(const float* x, int64_t n, ExchangeDType t, int64_t block, uint8_t* codes, uint8_t* scales) {
-  const float cmax = static_cast<float>(code_max(t));
-  at::parallel_for(0, n / block, 64, [&](int64_t first, int64_t last) {
-    std::vector<int16_t> q(static_cast<size_t>(block));
-    for (int64_t b = first; b < last; ++b) {
-      const float* v = x + b * block;
-      float amax = 0.0f;
-      for (int64_t i = 0; i < block; ++i) amax = std::max(amax, std::fabs(v[i]));
-      const float scale = amax / cmax;
-      const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;  // an all-zero block: scale 0, codes 0
-      for (int64_t i = 0; i < block; ++i) {
-        float r = std::nearbyint(v[i] * inv);
-        r = std::min(std::max(r, -cmax), cmax);
-        q[static_cast<size_t>(i)] = static_cast<int16_t>(r == r ? r : 0.0f);  // NaN: code 0, not undefined
-      }
-      if (t == ExchangeDType::kI8) {
-        for (int64_t i = 0; i < block; ++i) codes[b * block + i] = static_cast<uint8_t>(static_cast<int8_t>(q[static_cast<size_t>(i)]));
-      } else {
-        uint8_t* out = codes + b * block / 2;
-        for (int64_t i = 0; i < block; i += 2)
-          out[i / 2] = static_cast<uint8_t>((q[static_cast<size_t>(i)] + 8) + 16 * (q[static_cast<size_t>(i) + 1] + 8));
-      }
-      std::memcpy(scales + b * 4, &scale, 4);  // the scales may start at any byte
-    }
-  });
-}
-
-// Block b's values: code x scale, written or added (a template, so the loop carries no branch).
-template <bool kInt8, bool kAdd>
-void decode_block(const uint8_t* codes, float scale, int64_t block, float* out) {
-  for (int64_t i = 0; i < block; ++i) {
-    const int code = kInt8 ? static_cast<int8_t>(codes[i]) : ((codes[i / 2] >> (4 * (i % 2))) & 15) - 8;
-    const float value = static_cast<float>(code) * scale;
-    out[i] = kAdd ? out[i] + value : value;
-  }
-}
-
-void decode_blocks_on_host(const uint8_t* codes, const uint8_t* scales, int64_t n, ExchangeDType t, int64_t block,
-                           float* out, bool add) {
-  const bool int8 = t == ExchangeDType::kI8;
-  auto* fn = int8 ? (add ? decode_block<true, true> : decode_block<true, false>)
-                  : (add ? decode_block<false, true> : decode_block<false, false>);
-  at::parallel_for(0, n / block, 64, [&](int64_t first, int64_t last) {
-    for (int64_t b = first; b < last; ++b) {
-      float scale;
-      std::memcpy(&scale, scales + b * 4, 4);
-      fn(codes + (int8 ? b * block : b * block / 2), scale, block, out + b * block);
-    }
-  });
 }
 
 }  // namespace
@@ -130,17 +67,12 @@ void encode(const torch::Tensor& src, ExchangeDType t, int64_t block, const torc
     wire.view(float_wire_type(t)).copy_(src.reshape({-1}));
     return;
   }
-  const int64_t cb = code_bytes(t, n);
-  if (src.is_cpu() && wire.is_cpu()) {
-    const auto x = src.contiguous();
-    encode_blocks_on_host(x.data_ptr<float>(), n, t, block, wire.data_ptr<uint8_t>(), wire.data_ptr<uint8_t>() + cb);
-    return;
-  }
   auto rows = src.reshape({n / block, block});
   // scale = max|x| / code_max; an all-zero block keeps scale 0 and codes 0 (decodes to exact zeros).
   auto scale = rows.abs().amax(1).div_(static_cast<double>(code_max(t)));
   auto inv = torch::where(scale > 0, scale.reciprocal(), torch::zeros_like(scale));
   auto q = rows.mul(inv.unsqueeze(1)).round_().clamp_(-code_max(t), code_max(t)).to(torch::kInt16).reshape({-1});
+  const int64_t cb = code_bytes(t, n);
   auto codes = wire.narrow(0, 0, cb);
   if (t == ExchangeDType::kI8) {
     codes.copy_(q.to(torch::kInt8).view(torch::kUInt8));
@@ -165,10 +97,6 @@ void decode(const torch::Tensor& wire, ExchangeDType t, int64_t block, const tor
     return;
   }
   const int64_t cb = code_bytes(t, n);
-  if (dst.is_cpu() && dst.is_contiguous() && wire.is_cpu()) {
-    decode_blocks_on_host(wire.data_ptr<uint8_t>(), wire.data_ptr<uint8_t>() + cb, n, t, block, out.data_ptr<float>(), add);
-    return;
-  }
   auto codes = wire.narrow(0, 0, cb);
   auto scale = wire.narrow(0, cb, n / block * 4).clone().view(torch::kFloat);  // clone: aligned for floats
   torch::Tensor q;

@@ -80,7 +80,6 @@ void FragmentExchange::begin(bool blocking) {
   else
     sample_.copy_(sampled(flat));
   if (setup_.outer) flat.neg_().add_(global_);  // the pseudo-gradient: global - local
-  mean_bit_sum_.reset();
   if (blocking) {
     xchg().allreduce_mean(mean_bit_sum());
     finish_exchange(/*overlapped=*/false);
@@ -105,8 +104,12 @@ void FragmentExchange::complete() {
 }
 
 // Where the exchange's mean is the target (plain averaging), the 1/W pass adds up its bit sum.
+// Any earlier exchange's sum is dropped here, so none can be checked against this mean.
 int64_t* FragmentExchange::mean_bit_sum() {
-  if (setup_.outer) return nullptr;
+  if (setup_.outer) {
+    mean_bit_sum_.reset();
+    return nullptr;
+  }
   mean_bit_sum_ = 0;
   return &*mean_bit_sum_;
 }

@@ -114,6 +114,8 @@ def run_theirs(a, name, cfg, variant, overrides, recompute, bf16=False, timeout=
         cmd.append("--recompute")
     if bf16:
         cmd += ["--autocast", "bf16", "--fused"]
+    if a.torch_attention != "sdpa":
+        cmd += ["--set", f"model.attention={a.torch_attention}"]
     if a.profile:
         cmd += ["--profile-steps", f"{a.profile[0]}:{a.profile[1]}"]
     os.makedirs(out, exist_ok=True)
@@ -254,6 +256,10 @@ def main():
     p.add_argument("--vocab-size", type=int, default=0, help="model.vocab_size (0: the dataset's; larger: unused rows)")
     p.add_argument("--modes", default="dp,local", help="dp,local | dp | local")
     p.add_argument("--zero1", action="store_true", help="also ours with train.shard_optimizer = true (dp rows)")
+    p.add_argument("--torch-attention", choices=["sdpa", "eager"], default="sdpa",
+                   help="the reference's attention core: sdpa (F.scaled_dot_product_attention, torch's and HF's "
+                        "default) or eager (the matmul formulation hpctrain's model.attention = eager runs, HF's "
+                        "attn_implementation='eager'), to give torch the kernel choice ours makes")
     p.add_argument("--overlap", action="store_true",
                    help="also ours with local_sgd.overlap_grad_allreduce = true (dp rows: buckets all-reduced during "
                         "backward, as DDP does)")

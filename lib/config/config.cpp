@@ -61,6 +61,11 @@ const std::vector<Key>& keys() {
       HT_KEY(model, num_labels, "classification labels; 0 = from the dataset"),
       HT_KEY(model, dropout, "dropout probability in [0, 1)"),
       HT_KEY(model, bias, "biases in linear layers and norms"),
+      HT_KEY(model, attention,
+             "attention core: sdpa (ATen's fused scaled_dot_product_attention), eager (matmul, masked softmax, "
+             "matmul; keeps the probabilities, B x n_head x seq_len^2 per block); auto = eager for bf16 autocast on a "
+             "CPU up to 512 positions, where it measured faster, else sdpa; the run's config.toml and checkpoints "
+             "store the choice and a resumed run keeps it"),
       HT_KEY(model, init_from,
              "start from these weights (fresh optimizer, step 0): a Hugging Face GPT-2 directory (config.json + "
              "model.safetensors) or an hpctrain checkpoint; skipped when the run resumes; empty = random init"),

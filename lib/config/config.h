@@ -18,6 +18,9 @@ enum class Task { kCausalLm, kClassification };
 enum class LrScheduleKind { kCosine, kLinear, kConstant };
 enum class Device { kAuto, kCpu, kCuda };
 enum class Autocast { kNone, kBf16 };
+// How the attention core is computed: ATen's fused scaled_dot_product_attention, or as written
+// (two matmuls around a masked softmax); auto = the one measured faster for such a run (model::choose_attention).
+enum class AttentionKernel { kAuto, kSdpa, kEager };
 enum class NanPolicy { kStop, kSkip };
 enum class EvalStrategy { kSteps, kEpoch, kNo };
 enum class RecomputePolicy { kNone, kFull, kEveryK, kSelective };
@@ -49,6 +52,8 @@ HT_ENUM_NAMES(ht::config::LrScheduleKind, {ht::config::LrScheduleKind::kCosine, 
 HT_ENUM_NAMES(ht::config::Device, {ht::config::Device::kAuto, "auto"}, {ht::config::Device::kCpu, "cpu"},
               {ht::config::Device::kCuda, "cuda"})
 HT_ENUM_NAMES(ht::config::Autocast, {ht::config::Autocast::kNone, "none"}, {ht::config::Autocast::kBf16, "bf16"})
+HT_ENUM_NAMES(ht::config::AttentionKernel, {ht::config::AttentionKernel::kAuto, "auto"},
+              {ht::config::AttentionKernel::kSdpa, "sdpa"}, {ht::config::AttentionKernel::kEager, "eager"})
 HT_ENUM_NAMES(ht::config::NanPolicy, {ht::config::NanPolicy::kStop, "stop"}, {ht::config::NanPolicy::kSkip, "skip"})
 HT_ENUM_NAMES(ht::config::EvalStrategy, {ht::config::EvalStrategy::kSteps, "steps"},
               {ht::config::EvalStrategy::kEpoch, "epoch"}, {ht::config::EvalStrategy::kNo, "no"})
@@ -88,6 +93,7 @@ struct ModelConfig {
   int64_t num_labels = 0;    // classification; 0 = taken from the dataset
   double dropout = 0.0;
   bool bias = true;
+  AttentionKernel attention = AttentionKernel::kAuto;  // a run stores the kernel it resolved to
   std::string init_from;     // start weights: a Hugging Face GPT-2 directory or an hpctrain checkpoint
 };
 

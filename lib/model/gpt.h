@@ -24,6 +24,7 @@ struct GptOptions {
   int64_t num_labels = 0;  // > 0 adds the classification head
   double dropout = 0.0;
   bool bias = true;
+  config::AttentionKernel attention = config::AttentionKernel::kSdpa;  // auto is resolved before (kAuto = kSdpa)
 
   static GptOptions from_config(const config::ModelConfig& m);
 };
@@ -43,13 +44,29 @@ inline torch::Tensor linear(const torch::nn::Linear& l, const torch::Tensor& x) 
   return at::linear(x, l->weight, l->bias);
 }
 
+// Causal self-attention of the packed projection qkv_out [B, T, 3C] with n_head heads, heads merged
+// back: [B, T, C]. kSdpa calls at::scaled_dot_product_attention (on a CPU: the flash kernel, or the
+// math path with dropout). kEager computes it as written, softmax(q k^T / sqrt(d) + causal mask) v,
+// with the matmuls in the autocast dtype: on a CPU under bf16 autocast the flash kernel's backward is
+// 1.5-3x slower than these matmuls up to 512 positions (docs/benchmarks.md), at the price of keeping
+// the B x n_head x T^2 probabilities for backward. Same function up to rounding; dropout_p applies to
+// the probabilities on both paths.
+torch::Tensor causal_attention(const torch::Tensor& qkv_out, int64_t n_head, double dropout_p,
+                               config::AttentionKernel kernel);
+
+// The kernel model.attention = auto resolves to: eager for bf16 autocast on a CPU up to 512 positions,
+// where it measured faster at every shape tried, sdpa otherwise (fp32 on a CPU, where the fused kernel
+// was faster at every shape; CUDA, whose fused kernels never keep T^2 tensors; longer sequences).
+// A fixed rule rather than a start-up measurement, so that two runs of one config compute the same.
+config::AttentionKernel choose_attention(bool cuda, bool bf16_autocast, int64_t seq_len);
+
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   explicit CausalSelfAttentionImpl(const GptOptions& o);
   torch::Tensor forward(const torch::Tensor& x);
   // The pieces, for recompute policies that keep some outputs and recompute others.
   torch::Tensor qkv_proj(const torch::Tensor& x) { return linear(qkv, x); }
-  torch::Tensor attend(const torch::Tensor& qkv_out);  // SDPA, heads merged back: [B, T, C]
+  torch::Tensor attend(const torch::Tensor& qkv_out);  // causal_attention with this module's kernel
   torch::Tensor out_proj(const torch::Tensor& y);       // projection + residual dropout
   // x holds only the new positions; their keys/values are appended to k/v (empty = none yet).
   torch::Tensor forward_cached(const torch::Tensor& x, torch::Tensor& k, torch::Tensor& v);
@@ -58,6 +75,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   torch::nn::Dropout resid_drop{nullptr};
   int64_t n_head;
   double attn_dropout;
+  config::AttentionKernel kernel;
 };
 TORCH_MODULE(CausalSelfAttention);
 
@@ -101,6 +119,8 @@ class GptImpl : public torch::nn::Module {
   torch::Tensor class_logits(const torch::Tensor& ids, const torch::Tensor& mask);
 
   void set_block_runner(BlockRunner runner) { runner_ = std::move(runner); }
+  // The attention core every block computes with (kAuto = kSdpa); the cached inference path keeps SDPA.
+  void set_attention(config::AttentionKernel kernel);
   const GptOptions& options() const { return opts_; }
   size_t num_blocks() const { return blocks_.size(); }
   Block& block(size_t i) { return blocks_[i]; }

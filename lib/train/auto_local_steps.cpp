@@ -10,6 +10,7 @@
 #include "core/timer.h"
 #include "train/data_parallel/data_parallel.h"
 #include "train/data_parallel/sync.h"
+#include "train/train_state.h"
 #include "train/train_step.h"
 
 namespace ht::train {
@@ -152,15 +153,12 @@ void resolve_local_steps(config::Config& cfg, model::Gpt& gpt, comm::Communicato
   auto& l = cfg.local_sgd;
   if (!l.enabled || l.steps != config::LocalSgdConfig::kAutoSteps) return;
   if (resumed) {
-    const auto it = resumed->strings.find("config");
-    if (it != resumed->strings.end()) {
-      const auto stored = config::load_text(it->second, resumed->path + " (stored config)", {});
-      if (stored.local_sgd.steps != config::LocalSgdConfig::kAutoSteps) {
-        l.steps = stored.local_sgd.steps;
-        if (comm.rank() == 0)
-          HT_INFO("local_sgd.steps = auto: {} as chosen when the run started (stored in {})", l.steps, resumed->path);
-        return;
-      }
+    const auto stored = stored_config(*resumed);
+    if (stored && stored->local_sgd.steps != config::LocalSgdConfig::kAutoSteps) {
+      l.steps = stored->local_sgd.steps;
+      if (comm.rank() == 0)
+        HT_INFO("local_sgd.steps = auto: {} as chosen when the run started (stored in {})", l.steps, resumed->path);
+      return;
     }
   }
   Stopwatch probe;

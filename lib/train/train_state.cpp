@@ -227,4 +227,10 @@ void restore_state(const StateRefs& refs, Counters& counters, const checkpoint::
   restore_cuda_rng(snap.per_rank);
 }
 
+std::optional<config::Config> stored_config(const checkpoint::Snapshot& snap) {
+  const auto it = snap.strings.find("config");
+  if (it == snap.strings.end()) return std::nullopt;
+  return config::load_text(it->second, snap.path + " (stored config)", {});
+}
+
 }  // namespace ht::train

@@ -4,10 +4,12 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <optional>
 #include <string>
 
 #include "checkpoint/checkpoint.h"
 #include "comm/communicator.h"
+#include "config/config.h"
 #include "data/loader.h"
 #include "model/gpt.h"
 #include "train/data_parallel/data_parallel.h"
@@ -56,6 +58,9 @@ void restore_state(const StateRefs& refs, Counters& counters, const checkpoint::
 // 0x0000 from 0xFFFF) is refused: ht::Error(kData) naming the file and the counter. restore_state
 // and `inspect` call it.
 void check_counters(const checkpoint::Snapshot& snap);
+
+// The resolved config a checkpoint stores (string "config"), parsed; nullopt when it holds none.
+std::optional<config::Config> stored_config(const checkpoint::Snapshot& snap);
 
 // The CPU generator's state as a uint8 tensor (CUDA devices' generators are captured the same way).
 torch::Tensor cpu_rng_state();

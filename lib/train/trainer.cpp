@@ -15,6 +15,7 @@
 #include "data/loader.h"
 #include "model/gpt.h"
 #include "recompute/recompute.h"
+#include "train/attention_choice.h"
 #include "train/auto_local_steps.h"
 #include "train/best_tracker.h"
 #include "train/data_parallel/data_parallel.h"
@@ -92,6 +93,9 @@ void Trainer::Impl::build(const ResumeRequest& resume) {
   checkpoints = std::make_unique<checkpoint::Manager>(cfg.checkpoint_dir(), cfg.checkpoint.keep, comm);
   // Read before the strategy is built: local_sgd.steps = auto keeps the N the checkpoint ran with.
   const std::optional<checkpoint::Snapshot> snap = load_resume_snapshot(resume);
+  const std::string attention = resolve_attention(cfg, device, snap);
+  if (comm.rank() == 0 && !attention.empty()) HT_INFO("{}", attention);
+  gpt->set_attention(cfg.model.attention);  // before local_sgd.steps = auto times a step
   resolve_local_steps(cfg, gpt, comm, device, total, snap);
   dp = make_data_parallel(*gpt, comm, cfg);
   flags_comm = comm.split(0, comm.rank());

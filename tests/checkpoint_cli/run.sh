@@ -194,6 +194,11 @@ case "$CASE" in
   resume_diloco)
     resume_case 2 --set local_sgd.enabled=true --set local_sgd.steps=4 --set local_sgd.outer=diloco ;;
   resume_dropout) resume_case 2 --set model.dropout=0.1 ;;
+  resume_eager_attention)
+    # The matmul attention core with its dropout on the probabilities: the resumed run draws the
+    # same masks; both runs store the kernel they trained with.
+    resume_case 2 --set model.attention=eager --set model.dropout=0.1
+    grep -qx "attention = 'eager'" "$WORK/resumed/config.toml" || fail "resumed/config.toml does not say attention = 'eager'" ;;
   resume_zero1) resume_case 2 --set train.shard_optimizer=true --set model.dropout=0.1 ;;
   resume_zero1_np3) resume_case 3 --set train.shard_optimizer=true ;;
   resume_zero1_hierarchical)

@@ -139,6 +139,10 @@ PY
       --set train.max_steps=4 --set log.every_steps=1 --set eval.strategy=no "${BF16[@]}" \
       --set train.optimizer_impl=fused --set log.trace_steps=2:3
     expect_text "ms/step median/max over ranks: .*forward [0-9]*/[0-9]* backward"
+    # model.attention = auto under bf16 on a CPU resolves to eager, says so once, and the run stores it.
+    expect_once "model.attention = auto: eager"
+    expect_text "recompute none, attention eager"
+    grep -qx "attention = 'eager'" "$WORK/run/config.toml" || fail "config.toml does not store model.attention = eager"
     python3 - "$WORK/run" <<'PY' || fail "phases / trace"
 import json, sys
 run = sys.argv[1]

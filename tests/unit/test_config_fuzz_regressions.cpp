@@ -33,7 +33,7 @@ TEST(ConfigFuzzRegression, SetStringWithControlBytesAndInvalidUtf8IsRefused) {
 }
 
 TEST(ConfigFuzzRegression, StringsMustBeValidUtf8WithoutControlCharacters) {
-  for (const std::string bad : {std::string("data.path=a\xfe" "b"), std::string("data.path=\xc3"),
+  for (const std::string& bad : {std::string("data.path=a\xfe" "b"), std::string("data.path=\xc3"),
                                 std::string("data.path=\xc0\xaf"),         // overlong '/'
                                 std::string("data.path=\xed\xa0\x80"),     // a surrogate
                                 std::string("data.path=\xf4\x90\x80\x80"), // above U+10FFFF

@@ -87,3 +87,89 @@ TEST(Gpt, FlopsPerTokenMatchesSixNPlusAttention) {
   const double L = 2, d = 32, V = 258, T = 16;
   EXPECT_DOUBLE_EQ(gpt->flops_per_token(16), 6 * (12 * L * d * d + d * V) + 12 * L * d * T);
 }
+
+namespace {
+using ht::config::AttentionKernel;
+
+// Output and gradient of one attention core for a packed qkv of `dtype`, with a fixed upstream gradient.
+std::pair<torch::Tensor, torch::Tensor> attention_and_grad(const torch::Tensor& qkv, const torch::Tensor& grad_out,
+                                                           AttentionKernel kernel, torch::ScalarType dtype) {
+  auto x = qkv.to(dtype).detach().requires_grad_(true);
+  auto y = ht::model::causal_attention(x, /*n_head=*/4, /*dropout_p=*/0.0, kernel);
+  y.backward(grad_out.to(dtype));
+  return {y.detach().to(torch::kDouble), x.grad().to(torch::kDouble)};
+}
+}  // namespace
+
+TEST(Attention, EagerEqualsSdpaInFp32) {
+  torch::manual_seed(4);
+  const auto qkv = torch::randn({3, 16, 3 * 32}), grad = torch::randn({3, 16, 32});
+  const auto [ye, ge] = attention_and_grad(qkv, grad, AttentionKernel::kEager, torch::kFloat);
+  const auto [ys, gs] = attention_and_grad(qkv, grad, AttentionKernel::kSdpa, torch::kFloat);
+  EXPECT_LT((ye - ys).abs().max().item<double>(), 1e-5);
+  EXPECT_LT((ge - gs).abs().max().item<double>(), 1e-5);
+}
+
+// In bf16 each path rounds differently; both must be as close to the fp64 computation as bf16 allows.
+TEST(Attention, EagerInBf16IsAsCloseToFp64AsSdpaInBf16) {
+  torch::manual_seed(5);
+  const auto qkv = torch::randn({3, 16, 3 * 32}), grad = torch::randn({3, 16, 32});
+  const auto [y64, g64] = attention_and_grad(qkv, grad, AttentionKernel::kSdpa, torch::kDouble);
+  for (auto kernel : {AttentionKernel::kEager, AttentionKernel::kSdpa}) {
+    const auto [y, g] = attention_and_grad(qkv, grad, kernel, torch::kBFloat16);
+    const double y_err = (y - y64).abs().max().item<double>(), g_err = (g - g64).abs().max().item<double>();
+    const double y_scale = y64.abs().max().item<double>(), g_scale = g64.abs().max().item<double>();
+    // bf16 keeps 8 significant bits (relative 2^-8 = 0.4 %): a few roundings along the way.
+    EXPECT_LT(y_err, 0.03 * y_scale) << ht::config::name_of(kernel);
+    EXPECT_LT(g_err, 0.03 * g_scale) << ht::config::name_of(kernel);
+  }
+}
+
+TEST(Attention, EagerDropsProbabilitiesOnlyWhenAsked) {
+  torch::manual_seed(6);
+  const auto qkv = torch::randn({2, 16, 3 * 32});
+  const auto plain = ht::model::causal_attention(qkv, 4, 0.0, AttentionKernel::kEager);
+  torch::manual_seed(7);
+  const auto dropped = ht::model::causal_attention(qkv, 4, 0.5, AttentionKernel::kEager);
+  torch::manual_seed(7);
+  const auto again = ht::model::causal_attention(qkv, 4, 0.5, AttentionKernel::kEager);
+  EXPECT_FALSE(torch::allclose(plain, dropped));
+  EXPECT_TRUE(torch::equal(dropped, again)) << "dropout draws from the generator, as every other dropout does";
+  EXPECT_TRUE(torch::allclose(plain, ht::model::causal_attention(qkv, 4, 0.0, AttentionKernel::kSdpa), 1e-5, 1e-6));
+}
+
+// The whole model with set_attention: the same logits and parameter gradients as with SDPA.
+TEST(Attention, ModelWithEagerAttentionTrainsLikeSdpa) {
+  auto grads_of = [](AttentionKernel kernel) {
+    torch::manual_seed(8);
+    Gpt gpt(tiny());
+    gpt->set_attention(kernel);
+    torch::manual_seed(9);
+    auto ids = torch::randint(0, 258, {2, 16}, torch::kLong);
+    auto targets = torch::randint(0, 258, {2, 16}, torch::kLong);
+    ht::model::lm_loss(gpt->lm_logits(ids), targets).backward();
+    std::vector<torch::Tensor> g;
+    for (const auto& p : gpt->parameters()) g.push_back(p.grad().clone());
+    return std::make_pair(gpt->options().attention, g);
+  };
+  const auto [eager_kind, eager] = grads_of(AttentionKernel::kEager);
+  const auto [sdpa_kind, sdpa] = grads_of(AttentionKernel::kSdpa);
+  EXPECT_EQ(eager_kind, AttentionKernel::kEager);
+  EXPECT_EQ(sdpa_kind, AttentionKernel::kSdpa);
+  ASSERT_EQ(eager.size(), sdpa.size());
+  bool any_differs = false;
+  for (size_t i = 0; i < eager.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(eager[i], sdpa[i], 1e-4, 1e-6)) << "parameter " << i;
+    any_differs = any_differs || !torch::equal(eager[i], sdpa[i]);
+  }
+  EXPECT_TRUE(any_differs) << "the two kernels round differently: identical gradients mean one kernel ran twice";
+}
+
+TEST(Attention, AutoRuleTakesEagerForBf16OnACpuUpTo512Positions) {
+  using ht::model::choose_attention;
+  EXPECT_EQ(choose_attention(/*cuda=*/false, /*bf16=*/true, 128), AttentionKernel::kEager);
+  EXPECT_EQ(choose_attention(false, true, 512), AttentionKernel::kEager);
+  EXPECT_EQ(choose_attention(false, true, 513), AttentionKernel::kSdpa);
+  EXPECT_EQ(choose_attention(false, false, 128), AttentionKernel::kSdpa);
+  EXPECT_EQ(choose_attention(true, true, 128), AttentionKernel::kSdpa);
+}

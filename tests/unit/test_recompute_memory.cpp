@@ -1,10 +1,12 @@
 // Measured (counting CPU allocator) bytes that one transformer block keeps alive between forward
 // and backward under each policy, against the per-layer formula of docs/recompute.md:
 //   store, dropout > 0 (math SDPA):  4 * (18 sbh + 3 a s^2 b)    store, dropout = 0 (flash SDPA): 4 * 16 sbh
+//   store, dropout = 0, eager attention: 4 * (16 sbh + a s^2 b)
 //   selective: 4 * 10 sbh   (keeping the attention core: 10 sbh, + 3 a s^2 b with dropout)
 //   full: 4 * sbh (the input only)
 // plus small terms (layer-norm statistics, logsumexp, RNG states) that the tolerance absorbs.
 #include "core/memory.h"
+#include "recompute/activation_memory.h"
 #include "recompute_fixture.h"
 
 namespace ht::recompute::testing {
@@ -15,10 +17,12 @@ constexpr int64_t B = 4, T = 64, D = 64, H = 4;
 // Bytes the block keeps alive after its forward: the new allocations that stay (minus the output,
 // which is the next block's input and counted there) plus the input x, which the block's graph
 // keeps (x was allocated before the measurement started).
-double kept_bytes(const std::string& name, double dropout, bool attention_core = true) {
+double kept_bytes(const std::string& name, double dropout, bool attention_core = true,
+                  config::AttentionKernel kernel = config::AttentionKernel::kSdpa) {
   memory::install_cpu_counter();
   model::GptOptions o = tiny_options(dropout, 1);
   o.d_model = D, o.n_head = H, o.max_seq_len = T;
+  o.attention = kernel;
   auto m = make_model(o);
   apply(m, policy(name));
   auto x = torch::randn({B, T, D}, torch::requires_grad());
@@ -50,6 +54,17 @@ TEST(RecomputeMemory, StoreWithoutDropoutMatchesFormula) {
   const double want = 16.0 * sbh_bytes();
   const double got = kept_bytes("none", 0.0);
   EXPECT_NEAR(got, want, 0.05 * want) << "got " << got / sbh_bytes() << " sbh-units";
+}
+
+TEST(RecomputeMemory, StoreWithEagerAttentionMatchesFormula) {
+  const double want = 4.0 * (16.0 * B * T * D + 1.0 * H * T * T * B);
+  const double got = kept_bytes("none", 0.0, true, config::AttentionKernel::kEager);
+  EXPECT_NEAR(got, want, 0.05 * want) << "got " << got / sbh_bytes() << " sbh-units, formula " << want / sbh_bytes();
+  ActivationShape shape{1, D, H, T, B, 258, 0.0, false};
+  const double sdpa = predicted_activation_bytes(shape, config::RecomputeConfig{});
+  shape.eager_attention = true;
+  const double eager = predicted_activation_bytes(shape, config::RecomputeConfig{});
+  EXPECT_DOUBLE_EQ(eager - sdpa, 4.0 * (H * T * T * B - H * T * B)) << "the trainer's prediction uses the same terms";
 }
 
 TEST(RecomputeMemory, SelectiveKeepingAttentionMatchesFormula) {

@@ -115,18 +115,18 @@ void log_run_start(const RunShape& r) {
           cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, cfg.model.seq_len, cfg.model.vocab_size,
           static_cast<double>(r.num_parameters) / 1e6, r.flops_per_token / 1e6);
   HT_INFO("run: {} ranks, device {}, {} threads/rank, precision {}, global batch {} samples, {} steps, {} "
-          "steps/epoch, recompute {}, {} {}, peak {:.1f} GFLOP/s per rank",
+          "steps/epoch, recompute {}, attention {}, {} {}, peak {:.1f} GFLOP/s per rank",
           r.world_size, r.device.str(), torch::get_num_threads(),
           cfg.train.autocast == config::Autocast::kBf16 ? "autocast bf16 (fp32 weights and optimizer)" : "fp32",
           r.global_batch, r.total_steps, r.steps_per_epoch, config::name_of(cfg.recompute.policy),
-          config::name_of(cfg.train.optimizer), cfg.local_sgd.enabled ? "local SGD" : "data parallel",
+          config::name_of(cfg.model.attention), config::name_of(cfg.train.optimizer), cfg.local_sgd.enabled ? "local SGD" : "data parallel",
           r.peak_flops_per_rank / 1e9);
   HT_INFO("data parallel: {}", r.data_parallel);
   if (cfg.recompute.policy == config::RecomputePolicy::kNone) return;
   // The blocks' share is what a policy changes; the head's activations are the same either way.
   const recompute::ActivationShape shape{cfg.model.n_layer, cfg.model.d_model,         cfg.model.n_head,
                                          cfg.model.seq_len, cfg.train.micro_batch_size, cfg.model.vocab_size,
-                                         cfg.model.dropout};
+                                         cfg.model.dropout,  cfg.model.attention == config::AttentionKernel::kEager};
   config::RecomputeConfig none;
   const double with = recompute::predicted_activation_bytes(shape, cfg.recompute);
   const double without = recompute::predicted_activation_bytes(shape, none);

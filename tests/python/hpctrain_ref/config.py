@@ -6,7 +6,8 @@ import tomllib
 
 DEFAULTS = {
     "model": {"task": "causal-lm", "n_layer": 4, "n_head": 4, "d_model": 128, "seq_len": 128, "max_seq_len": 0,
-              "vocab_size": 0, "num_labels": 0, "dropout": 0.0, "bias": True},
+              "vocab_size": 0, "num_labels": 0, "dropout": 0.0, "bias": True,
+              "attention": "auto"},
     "data": {"path": "", "shuffle": True, "seed": 1234, "prefetch_batches": 4},
     "train": {"output_dir": "runs/default", "micro_batch_size": 8, "grad_accum_steps": 1, "max_steps": 0,
               "epochs": 1, "lr": 3e-4, "min_lr": 3e-5, "warmup_steps": 0, "lr_schedule": "cosine",

@@ -6,6 +6,8 @@ whole blocks with torch.utils.checkpoint (non-reentrant), the Python twin of rec
 """
 from dataclasses import dataclass
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -22,6 +24,7 @@ class GptOptions:
     num_labels: int = 0
     dropout: float = 0.0
     bias: bool = True
+    attention: str = "sdpa"  # or "eager": hpctrain's model.attention = eager, written out as Hugging Face's eager GPT-2
 
 
 class CausalSelfAttention(nn.Module):
@@ -32,13 +35,19 @@ class CausalSelfAttention(nn.Module):
         self.resid_drop = nn.Dropout(o.dropout)
         self.n_head = o.n_head
         self.attn_dropout = o.dropout
+        self.eager = o.attention == "eager"
 
     def forward(self, x):
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         heads = lambda t: t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # noqa: E731
-        y = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), attn_mask=None,
-                                           dropout_p=self.attn_dropout if self.training else 0.0, is_causal=True)
+        p = self.attn_dropout if self.training else 0.0
+        if self.eager:
+            scores = (heads(q) * (1.0 / math.sqrt(C // self.n_head))) @ heads(k).transpose(-2, -1)
+            scores.masked_fill_(torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
+            y = F.dropout(torch.softmax(scores, -1), p, training=p > 0) @ heads(v)
+        else:
+            y = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), attn_mask=None, dropout_p=p, is_causal=True)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_drop(self.proj(y))
 

@@ -85,7 +85,8 @@ class Run:
         opts = GptOptions(vocab_size=m["vocab_size"] or ds.vocab_size, n_layer=m["n_layer"], n_head=m["n_head"],
                           d_model=m["d_model"], max_seq_len=m["max_seq_len"] or m["seq_len"],
                           num_labels=(m["num_labels"] or ds.num_labels) if ds.task == "classification" else 0,
-                          dropout=m["dropout"], bias=m["bias"])
+                          dropout=m["dropout"], bias=m["bias"],
+                          attention="eager" if m["attention"] == "eager" else "sdpa")  # auto: torch's default
         torch.manual_seed(t["seed"])
         model = Gpt(opts, recompute=self.args.recompute)
         if self.args.init:

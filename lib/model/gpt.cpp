@@ -8,6 +8,13 @@
 
 namespace ht::model {
 
+namespace {
+// The kernel a block runs: auto not resolved (inference tools, tests) means SDPA.
+config::AttentionKernel runnable(config::AttentionKernel k) {
+  return k == config::AttentionKernel::kEager ? k : config::AttentionKernel::kSdpa;
+}
+}  // namespace
+
 GptOptions GptOptions::from_config(const config::ModelConfig& m) {
   GptOptions o;
   o.vocab_size = m.vocab_size;
@@ -18,7 +25,7 @@ GptOptions GptOptions::from_config(const config::ModelConfig& m) {
   o.num_labels = m.task == config::Task::kClassification ? m.num_labels : 0;
   o.dropout = m.dropout;
   o.bias = m.bias;
-  o.attention = m.attention == config::AttentionKernel::kEager ? m.attention : config::AttentionKernel::kSdpa;
+  o.attention = runnable(m.attention);
   return o;
 }
 
@@ -154,7 +161,7 @@ void GptImpl::init_weights() {
 }
 
 void GptImpl::set_attention(config::AttentionKernel kernel) {
-  opts_.attention = kernel == config::AttentionKernel::kEager ? kernel : config::AttentionKernel::kSdpa;
+  opts_.attention = runnable(kernel);
   for (auto& b : blocks_) b->attn->kernel = opts_.attention;
 }
 

@@ -229,7 +229,7 @@ def run_mode(a, index, mode, target, budget_s, steps):
     else:
         sets = ([f"local_sgd.steps={n_local}"] if what != "ddp" else []) + common
         ref = ["-m", "hpctrain_ref.train_ref", "--config", cfg, "--variant", what, "--out", out, "--init", a.init,
-               *sum((["--set", s] for s in sets), [])]
+               *sum((["--set", s] for s in sets), []), *ttq.ref_precision_args(a)]
         env.update(MASTER_ADDR=a.master_addr, MASTER_PORT=str(a.master_port + index), REF_PYTHON=a.python,
                    REF_LAUNCHER=a.ref_launcher, REF_NPROC_PER_NODE=str(a.per_node),
                    REF_LOG_DIR=os.path.join(out, "torchrun-logs"))

@@ -132,6 +132,10 @@ def add_config_args(p, *, eval_batches=0, lr_warmup=16, n_layer=4, d_model=128, 
     p.add_argument("--d-model", type=int, default=d_model)
     p.add_argument("--seq-len", type=int, default=seq_len)
     p.add_argument("--micro-batch", type=int, default=micro_batch, help=micro_batch_help)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="bf16: every run at its best on a CPU with native bf16 (hpctrain: train.autocast = bf16, "
+                        "model.attention = auto; the reference: torch.autocast bf16, AdamW(fused=True) and the eager "
+                        "attention core, the faster one there)")
 
 
 def write_config(a, name, seed, steps, target):
@@ -142,9 +146,19 @@ def write_config(a, name, seed, steps, target):
         "data": {"path": a.data, "seed": seed},
         "train": {"micro_batch_size": a.micro_batch, "max_steps": steps, "lr": a.lr, "min_lr": 0.0,
                   "warmup_steps": a.lr_warmup, "lr_schedule": "constant", "threads": 1,
+                  "autocast": "bf16" if a.precision == "bf16" else "none",
                   "target_eval_loss": target + rep.TARGET_TOLERANCE if target else 0.0},
         "eval": {"strategy": "steps", "every_steps": a.eval_every, "batch_size": 16, "max_batches": a.eval_batches},
         "log": {"plot": False}})
+
+
+def ref_precision_args(a):
+    """The reference's options for --precision: its autocast is a command-line option, not the config's key,
+    and in bf16 on a CPU torch trains fastest with the fused AdamW and the eager attention core
+    (docs/benchmarks.md, "The attention core under bf16 on a CPU")."""
+    if a.precision != "bf16":
+        return []
+    return ["--autocast", "bf16", "--fused", "--set", "model.attention=eager"]
 
 
 def watch(procs, metrics_path, budget_s, timeout):
@@ -190,7 +204,7 @@ def run_mode(a, mode, name, seed, target, budget_s, steps):
               str(a.ranks_per_node), "--master_addr", "10.77.0.1", "--master_port", str(a.port), "--max_restarts", "0",
               "--log-dir", os.path.join(out, "torchrun-logs")]
         ref = ["-m", "hpctrain_ref.train_ref", "--config", cfg, "--variant", what, "--out", out, "--init", a.init,
-               *sum((["--set", s] for s in sets), [])]
+               *sum((["--set", s] for s in sets), []), *ref_precision_args(a)]
         procs = [subprocess.Popen([se.EMU, "exec", f"node{k + 1}", *py, "--node_rank", str(k), *ref],
                                   stdout=open(f"{out}.node{k + 1}.log", "w"), stderr=subprocess.STDOUT, env=env)
                  for k in range(a.nodes)]
@@ -261,7 +275,7 @@ def fmt(x, spec="{:.1f}"):
 def report(a, results, started, nocomm):
     lines = [f"Measured {started} on {os.uname().nodename} ({os.cpu_count()} cores), {a.nodes} emulated node(s) x "
              f"{a.ranks_per_node} rank(s), model {a.n_layer} x {a.d_model}, seq_len {a.seq_len}, micro-batch "
-             f"{a.micro_batch}/rank, lr {a.lr} constant after {a.lr_warmup} warmup steps; target = DDP's eval loss at "
+             f"{a.micro_batch}/rank, precision {a.precision}, lr {a.lr} constant after {a.lr_warmup} warmup steps; target = DDP's eval loss at "
              f"step {a.target_step}; budget {a.budget} x DDP's time; evaluations every {a.eval_every} steps "
              f"({'the whole validation split' if a.eval_batches == 0 else f'{a.eval_batches} batches of 16'}); "
              f"seeds {a.seeds}.", "", f"Command: `{a.command}`", "",

@@ -56,3 +56,10 @@ def as_sets(overrides):
     """["section.key=value", ...] for `hpctrain train --set`."""
     return [f"{section}.{k}={value_text(v, bare_strings=True)}"
             for section, keys in merged(overrides).items() for k, v in keys.items()]
+
+
+def reference_args(bf16, attention="auto"):
+    """The PyTorch reference's options for one precision and attention core: the config keys as `--set`
+    words, and in bf16 its fused AdamW, the fastest optimizer torch has on a CPU (each side at its best)."""
+    args = ["--set", f"train.autocast={'bf16' if bf16 else 'none'}", "--set", f"model.attention={attention}"]
+    return args + (["--fused"] if bf16 else [])

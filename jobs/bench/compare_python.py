@@ -112,10 +112,7 @@ def run_theirs(a, name, cfg, variant, overrides, recompute, bf16=False, timeout=
            "--out", out, "--init", a.init, *sum((["--set", o] for o in overrides), [])]
     if recompute:
         cmd.append("--recompute")
-    if bf16:
-        cmd += ["--autocast", "bf16", "--fused"]
-    if a.torch_attention != "sdpa":
-        cmd += ["--set", f"model.attention={a.torch_attention}"]
+    cmd += bench_config.reference_args(bf16, a.torch_attention)
     if a.profile:
         cmd += ["--profile-steps", f"{a.profile[0]}:{a.profile[1]}"]
     os.makedirs(out, exist_ok=True)

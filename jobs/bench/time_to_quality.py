@@ -153,12 +153,10 @@ def write_config(a, name, seed, steps, target):
 
 
 def ref_precision_args(a):
-    """The reference's options for --precision: its autocast is a command-line option, not the config's key,
-    and in bf16 on a CPU torch trains fastest with the fused AdamW and the eager attention core
-    (docs/benchmarks.md, "The attention core under bf16 on a CPU")."""
-    if a.precision != "bf16":
-        return []
-    return ["--autocast", "bf16", "--fused", "--set", "model.attention=eager"]
+    """The reference's options for --precision: in bf16 on a CPU torch trains fastest with the fused AdamW
+    and the eager attention core (docs/benchmarks.md, "The attention core under bf16 on a CPU")."""
+    bf16 = a.precision == "bf16"
+    return bench_config.reference_args(bf16, "eager" if bf16 else "auto")
 
 
 def watch(procs, metrics_path, budget_s, timeout):

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "model/gelu.h"
 
 namespace ht::model {
 
@@ -103,7 +104,7 @@ MlpImpl::MlpImpl(const GptOptions& o) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  return drop->forward(linear(proj, torch::gelu(linear(fc, x), "tanh")));
+  return drop->forward(linear(proj, gelu_tanh(linear(fc, x))));
 }
 
 BlockImpl::BlockImpl(const GptOptions& o) {

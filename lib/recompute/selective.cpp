@@ -8,6 +8,7 @@
 #include <ATen/ExpandUtils.h>
 
 #include "core/error.h"
+#include "model/gelu.h"
 #include "recompute/recompute.h"
 #include "recompute/state.h"
 
@@ -158,7 +159,7 @@ torch::Tensor selective_block(model::Block& block, const torch::Tensor& x, const
   torch::Tensor h = x + mask_dropout(attn->proj->forward(y), attn->resid_drop, opts);
   torch::Tensor f = cheap_then_linear([ln2](const torch::Tensor& t) { return ln2->forward(t); }, h,
                                       ln2->parameters(), mlp->fc);
-  torch::Tensor m = cheap_then_linear([](const torch::Tensor& t) { return torch::gelu(t, "tanh"); }, f, {}, mlp->proj);
+  torch::Tensor m = cheap_then_linear(model::gelu_tanh, f, {}, mlp->proj);
   return h + mask_dropout(m, mlp->drop, opts);
 }
 

@@ -60,6 +60,9 @@ class Run:
         if args.variant != "single" and self.world < 2:
             raise SystemExit(f"train_ref: variant {args.variant} needs >= 2 ranks; launch it with torchrun")
         t = self.cfg["train"]
+        self.autocast = args.autocast or t["autocast"]
+        if self.autocast not in ("none", "bf16"):
+            raise ConfigError(f"train.autocast = {self.autocast!r}: the reference runs none or bf16")
         threads = t["threads"] if t["threads"] > 0 else max(1, (os.cpu_count() or 1) // local_world)
         torch.set_num_threads(threads)
         self.stats = comm_stats.install()
@@ -132,7 +135,7 @@ class Run:
             with ctx:
                 t1 = time.perf_counter()
                 # bf16 autocast on CPU: matmuls and attention in bf16, fp32 weights, loss in fp32.
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.args.autocast == "bf16"):
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast == "bf16"):
                     loss = self.wrapped(x, y, mask)
                 t2 = time.perf_counter()
                 (loss / A).backward()
@@ -356,8 +359,9 @@ def main(argv=None):
     p.add_argument("--set", action="append", default=[], help="section.key=value override (repeatable)")
     p.add_argument("--variant", choices=["single", "ddp", "pma", "accel"], default="single")
     p.add_argument("--recompute", action="store_true", help="torch.utils.checkpoint on every block")
-    p.add_argument("--autocast", choices=["none", "bf16"], default="none",
-                   help="bf16: forward under torch.autocast('cpu', torch.bfloat16)")
+    p.add_argument("--autocast", choices=["none", "bf16"], default=None,
+                   help="bf16: forward under torch.autocast('cpu', torch.bfloat16); default: the config's "
+                        "train.autocast, so one config trains both sides in the same precision")
     p.add_argument("--fused", action="store_true", help="AdamW(fused=True)")
     p.add_argument("--init", help="hpctrain checkpoint whose /model parameters are the initial weights")
     p.add_argument("--out", required=True, help="output directory")

@@ -24,7 +24,9 @@ using torch::autograd::variable_list;
 bool cpu_has_avx512_bf16() {
   static const bool has = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
-    // __builtin_cpu_supports("avx512f") also checks that the OS saves the zmm registers;
+    // Not at::cpu::get_cpu_capabilities (what train::cpu_has_native_bf16 asks): its map has no
+    // avx512f key in this libtorch. __builtin_cpu_supports("avx512f") also checks that the OS
+    // saves the zmm registers;
     // AVX512_BF16 is CPUID leaf 7, sub-leaf 1, EAX bit 5.
     return __builtin_cpu_supports("avx512f") && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5)) != 0;
   }();

@@ -1,10 +1,11 @@
 #include "model/gpt.h"
 
 #include <cmath>
-#include <limits>
 #include <optional>
+#include <utility>
 
 #include "core/error.h"
+#include "model/causal_softmax.h"
 #include "model/gelu.h"
 
 namespace ht::model {
@@ -46,11 +47,7 @@ torch::Tensor causal_attention(const torch::Tensor& qkv_out, int64_t n_head, dou
     // The scale goes on q ([B, H, T, d]) rather than on the scores ([B, H, T, T]): fewer values when T > d.
     const double scale = 1.0 / std::sqrt(static_cast<double>(C / n_head));
     auto scores = at::matmul(heads(parts[0]) * scale, heads(parts[1]).transpose(-2, -1));
-    const auto future = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(qkv_out.device())).triu(1);
-    // In place: the matmul's backward needs its inputs, not its output. Every row keeps its diagonal,
-    // so no row is all -inf.
-    scores.masked_fill_(future, -std::numeric_limits<double>::infinity());
-    auto probs = at::softmax(scores, -1);
+    auto probs = causal_softmax(std::move(scores));
     if (dropout_p > 0.0) probs = at::dropout(probs, dropout_p, /*train=*/true);
     y = at::matmul(probs, heads(parts[2]));
   } else {

@@ -4,11 +4,10 @@
 
 #include <ATen/Parallel.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "model/gelu.h"
+#include "support/cpu_features.h"
 
 using ht::model::gelu_path;
 using ht::model::gelu_tanh;
@@ -16,26 +15,12 @@ using ht::model::GeluPath;
 
 namespace {
 
-// An independent reading of the CPU's features: the kernels must run where the CPU has them.
-bool cpuinfo_has(const std::string& flag) {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("flags", 0) != 0) continue;
-    std::istringstream words(line);
-    for (std::string w; words >> w;)
-      if (w == flag) return true;
-    return false;
-  }
-  return false;
-}
-
 // Skips where the kernels cannot run; otherwise checks that the tensor really takes them, so a
 // comparison below is never ATen against itself.
 #define REQUIRE_AVX512_PATH(x)                                                                        \
   do {                                                                                                \
-    if (!cpuinfo_has("avx512f") || !cpuinfo_has("avx512_bf16"))                                       \
-      GTEST_SKIP() << "this CPU lacks avx512f/avx512_bf16: gelu_tanh is ATen's here";                 \
+    if (!ht::test::cpu_runs_avx512_kernels())                                                         \
+      GTEST_SKIP() << "this CPU lacks avx512f/bw/vl/bf16: gelu_tanh is ATen's here";                  \
     ASSERT_EQ(gelu_path(x), GeluPath::kAvx512);                                                       \
   } while (0)
 

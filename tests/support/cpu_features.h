@@ -1,6 +1,8 @@
 // The CPU's features as /proc/cpuinfo lists them: an independent reading against which a test checks
 // that the model's AVX-512 kernels (lib/model/avx512.h) run where the CPU has what they need.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -27,3 +29,12 @@ inline bool cpu_runs_avx512_kernels() {
 }
 
 }  // namespace ht::test
+
+// Skips where the kernels cannot run; otherwise asserts that the tensor really takes them (`on_avx512`
+// is the kernel's own path query), so a comparison after it is never ATen against itself.
+#define HT_REQUIRE_AVX512_KERNEL(on_avx512, what)                                              \
+  do {                                                                                         \
+    if (!ht::test::cpu_runs_avx512_kernels())                                                  \
+      GTEST_SKIP() << "this CPU lacks avx512f/bw/vl/bf16: " what " is ATen's here";            \
+    ASSERT_TRUE(on_avx512);                                                                    \
+  } while (0)

@@ -17,14 +17,7 @@ using ht::model::CausalSoftmaxPath;
 
 namespace {
 
-// Skips where the kernels cannot run; otherwise checks that the tensor really takes them, so a
-// comparison below is never ATen against itself.
-#define REQUIRE_AVX512_PATH(x)                                                                        \
-  do {                                                                                                \
-    if (!ht::test::cpu_runs_avx512_kernels())                                                         \
-      GTEST_SKIP() << "this CPU lacks avx512f/bw/vl/bf16: causal_softmax is ATen's here";             \
-    ASSERT_EQ(causal_softmax_path(x), CausalSoftmaxPath::kAvx512);                                    \
-  } while (0)
+#define REQUIRE_AVX512_PATH(x) HT_REQUIRE_AVX512_KERNEL(causal_softmax_path(x) == CausalSoftmaxPath::kAvx512, "causal_softmax")
 
 torch::Tensor future_mask(int64_t t) { return torch::ones({t, t}, torch::kBool).triu(1); }
 

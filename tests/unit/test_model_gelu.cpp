@@ -15,14 +15,7 @@ using ht::model::GeluPath;
 
 namespace {
 
-// Skips where the kernels cannot run; otherwise checks that the tensor really takes them, so a
-// comparison below is never ATen against itself.
-#define REQUIRE_AVX512_PATH(x)                                                                        \
-  do {                                                                                                \
-    if (!ht::test::cpu_runs_avx512_kernels())                                                         \
-      GTEST_SKIP() << "this CPU lacks avx512f/bw/vl/bf16: gelu_tanh is ATen's here";                  \
-    ASSERT_EQ(gelu_path(x), GeluPath::kAvx512);                                                       \
-  } while (0)
+#define REQUIRE_AVX512_PATH(x) HT_REQUIRE_AVX512_KERNEL(gelu_path(x) == GeluPath::kAvx512, "gelu_tanh")
 
 // In fp64 through 0.5 (1 + tanh(u)) = sigmoid(2u): the tanh form cancels even in fp64 where
 // tanh(u) is near -1 (x < -6: results below 1e-14 with relative errors of per cent).

@@ -52,6 +52,7 @@ BucketReducer::BucketReducer(Communicator& comm, torch::Tensor flat, int64_t buc
              buckets_.size(), per_bucket, kMaxBuckets);
   wire_ = dtype_ == ExchangeDType::kF32 ? flat_ : torch::zeros({n}, torch::TensorOptions().dtype(wire_type(dtype_)));
   recv_ = torch::zeros({n}, torch::TensorOptions().dtype(wire_type(dtype_)));
+  ring_ = dtype_ == ExchangeDType::kF32;
 }
 
 BucketReducer::~BucketReducer() {
@@ -98,6 +99,12 @@ void BucketReducer::start(size_t b) {
     return;
   }
   if (!wire_.is_same(flat_)) wire_.narrow(0, k.begin, k.count).copy_(flat_.narrow(0, k.begin, k.count));
+  k.phase = Phase::kScatter;
+  k.step = 0;
+  if (ring_) {
+    post_ring_step(b);
+    return;
+  }
   const int64_t per = k.count / world;
   const size_t bytes = static_cast<size_t>(per) * static_cast<size_t>(wire_.element_size());
   std::vector<Communicator::Message> sends, recvs;
@@ -107,7 +114,26 @@ void BucketReducer::start(size_t b) {
     recvs.push_back({at(recv_, k.begin + j * per), bytes, j});   // rank j's copy of my chunk: row j
   }
   k.req = comm_.iexchange(sends, recvs, static_cast<int>(2 * b));
-  k.phase = Phase::kScatter;
+}
+
+// Ring step s of bucket b. Chunk c's partial sum starts on rank c + 1 and travels to the right,
+// each rank adding its own copy, so in the reduce-scatter rank r sends the partial of chunk
+// r - 1 - s and receives that of chunk r - 2 - s (its own chunk, complete, at s = W - 2); in the
+// all-gather it forwards chunk r - s and receives chunk r - 1 - s. One message each way per step.
+void BucketReducer::post_ring_step(size_t b) {
+  auto& k = buckets_[b];
+  const int world = comm_.size(), me = comm_.rank();
+  const int right = (me + 1) % world, left = (me + world - 1) % world;
+  const int64_t per = k.count / world;
+  const size_t bytes = static_cast<size_t>(per) * static_cast<size_t>(wire_.element_size());
+  auto chunk = [&](int c) { return k.begin + static_cast<int64_t>(((c % world) + world) % world) * per; };
+  const bool scatter = k.phase == Phase::kScatter;
+  const int send_chunk = scatter ? me - 1 - k.step : me - k.step;
+  const int recv_chunk = scatter ? me - 2 - k.step : me - 1 - k.step;
+  // Reduce-scatter partials land in recv_ (added to wire_ when they arrive); all-gather means in wire_.
+  const Communicator::Message send{at(wire_, chunk(send_chunk)), bytes, right};
+  const Communicator::Message recv{at(scatter ? recv_ : wire_, chunk(recv_chunk)), bytes, left};
+  k.req = comm_.iexchange({send}, {recv}, static_cast<int>(scatter ? 2 * b : 2 * b + 1));
 }
 
 // Rows of this rank's chunk have arrived: sum them in rank order, scale, send the mean to everyone.
@@ -119,16 +145,8 @@ void BucketReducer::reduce_and_gather(size_t b) {
   auto mine = wire_.narrow(0, k.begin + me * per, per);
   rows[me].copy_(mine);
   torch::NoGradGuard no_grad;
-  if (dtype_ == ExchangeDType::kF32) {
-    // ((x_0 + x_1) + x_2) + ...: the order MPI_Allreduce's recursive doubling gives on 2 and 3
-    // ranks; accumulated in row 0 (no zero start, so -0.0 sums keep their sign as in MPI).
-    auto acc = rows[0];
-    for (int r = 1; r < world; ++r) acc.add_(rows[r]);
-    mine.copy_(acc.mul_(1.0 / world));
-  } else {
-    // The 16-bit exchange of ParamAverager::finish_16bit_bucket: fp32 sum, scale, one rounding.
-    mine.copy_(rows.sum(0, false, torch::kFloat).mul_(1.0 / world));
-  }
+  // The 16-bit exchange of ParamAverager::finish_16bit_bucket: fp32 sum, scale, one rounding.
+  mine.copy_(rows.sum(0, false, torch::kFloat).mul_(1.0 / world));
   const size_t bytes = static_cast<size_t>(per) * static_cast<size_t>(wire_.element_size());
   std::vector<Communicator::Message> sends, recvs;
   for (int j = 0; j < world; ++j) {
@@ -140,29 +158,58 @@ void BucketReducer::reduce_and_gather(size_t b) {
   k.phase = Phase::kGather;
 }
 
+// Bucket b's messages in flight have completed: take the next step.
+void BucketReducer::advance(size_t b) {
+  auto& k = buckets_[b];
+  const int world = comm_.size(), me = comm_.rank();
+  if (!ring_) {
+    if (k.phase == Phase::kScatter)
+      reduce_and_gather(b);
+    else
+      k.phase = Phase::kDone;
+    return;
+  }
+  const int64_t per = k.count / world;
+  ++k.step;
+  if (k.phase == Phase::kScatter) {
+    // The partial that arrived plus this rank's own copy: (... + x_{r-1}) + x_r.
+    const int c = ((me - 1 - k.step) % world + world) % world;
+    torch::NoGradGuard no_grad;
+    wire_.narrow(0, k.begin + c * per, per).add_(recv_.narrow(0, k.begin + c * per, per));
+    if (k.step == world - 1) {
+      wire_.narrow(0, k.begin + me * per, per).mul_(1.0 / world);
+      k.phase = Phase::kGather;
+      k.step = 0;
+    }
+  } else if (k.step == world - 1) {
+    k.phase = Phase::kDone;
+    return;
+  }
+  post_ring_step(b);
+}
+
 void BucketReducer::progress() {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     auto& k = buckets_[b];
-    if (k.phase == Phase::kScatter && k.req->test()) {
-      reduce_and_gather(b);
-    } else if (k.phase == Phase::kGather && k.req->test()) {
-      k.phase = Phase::kDone;
-    }
+    if ((k.phase == Phase::kScatter || k.phase == Phase::kGather) && k.req->test()) advance(b);
   }
 }
 
 void BucketReducer::finish() {
   for (size_t b = buckets_.size(); b-- > 0;)
     if (buckets_[b].phase == Phase::kIdle) start(b);
-  // Reduce-scatters in the order they were most likely started (highest bucket first).
-  for (size_t b = buckets_.size(); b-- > 0;) {
-    auto& k = buckets_[b];
-    if (k.phase != Phase::kScatter) continue;
-    k.req->wait();
-    reduce_and_gather(b);
+  // Take every step that is ready; when none is, sleep in MPI on the bucket most likely furthest
+  // along (the highest, started first), then look at all of them again.
+  for (;;) {
+    progress();
+    const auto first_in_flight = std::find_if(buckets_.rbegin(), buckets_.rend(), [](const Bucket& k) {
+      return k.phase == Phase::kScatter || k.phase == Phase::kGather;
+    });
+    if (first_in_flight == buckets_.rend()) break;
+    first_in_flight->req->wait();
+    advance(static_cast<size_t>(buckets_.rend() - first_in_flight) - 1);
   }
   for (auto& k : buckets_) {
-    if (k.phase == Phase::kGather) k.req->wait();
     if (!wire_.is_same(flat_) && comm_.size() > 1) flat_.narrow(0, k.begin, k.count).copy_(wire_.narrow(0, k.begin, k.count));
     k.phase = Phase::kIdle;
     k.req.reset();

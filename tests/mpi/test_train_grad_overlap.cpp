@@ -115,7 +115,7 @@ TEST(GradOverlap, OverlappedEqualsUnoverlappedBitwise) {
 
 // The previous blocking path: one MPI_Allreduce per bucket, sum then 1/W. On 2 ranks x0 + x1 is
 // the same float whatever the order, so the two paths agree bit for bit; on more ranks MPI's
-// summation order is its algorithm's, the overlapped path's is rank order: close, not bitwise.
+// summation order is its algorithm's, the overlapped path's its ring's: close, not bitwise.
 TEST(GradOverlap, EqualsBlockingAllreducePath) {
   auto comm = ht::comm::make_mpi_world();
   for (int accum : {1, 2}) {

@@ -162,8 +162,9 @@ const std::vector<Key>& keys() {
       HT_KEY(local_sgd, overlap_steps, "apply a non-blocking average this many steps later; 0 = blocking"),
       HT_KEY(local_sgd, bucket_mb, "bucket size in MiB; 0 = one fused buffer (overlapped gradient all-reduce: 1 MiB)"),
       HT_KEY(local_sgd, overlap_grad_allreduce,
-             "per-step gradient all-reduce (enabled = false, warmup) in buckets started during backward; on links of "
-             "~20 Mbit/s the blocking all-reduce is faster (docs/scaling.md, the per-step mode in bf16)"),
+             "per-step gradient all-reduce (enabled = false, warmup) in buckets started during backward, a "
+             "point-to-point ring in fp32; across capped links faster than blocking, on one host slower "
+             "(docs/scaling.md, the overlapped gradient all-reduce)"),
       HT_KEY(local_sgd, auto_step_penalty,
              "local_sgd.steps = auto: extra steps to a given loss per doubling of N, as a fraction of the per-step "
              "mode's (fitted on the demo: N = 8 took 1.19x and N = 16 1.25x the steps, docs/local-sgd.md)"),

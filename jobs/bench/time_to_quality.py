@@ -54,6 +54,9 @@ MODES = {
     "lsgd32": ("ours", LSGD + ["local_sgd.steps=32"], 32),
     "lsgd64": ("ours", LSGD + ["local_sgd.steps=64"], 64),
     "lsgd-auto": ("ours", LSGD + ["local_sgd.steps=auto"], 0),  # N chosen at start (lib/train/auto_local_steps.h)
+    # N, fragments and the exchange dtype chosen at start, each fragment's exchange overlapped with a step.
+    "auto-all": ("ours", LSGD + ["local_sgd.steps=auto", "local_sgd.fragments=auto", "local_sgd.comm_dtype=auto",
+                                "local_sgd.overlap_steps=1"], 0),
     "lsgd8-i8": ("ours", LSGD + ["local_sgd.steps=8", "local_sgd.comm_dtype=int8"], 8),
     "lsgd8-i4": ("ours", LSGD + ["local_sgd.steps=8", "local_sgd.comm_dtype=int4"], 8),
     "stream8-i4": ("ours", LSGD + ["local_sgd.steps=8", "local_sgd.fragments=2", "local_sgd.overlap_steps=1",
@@ -220,10 +223,15 @@ def run_mode(a, mode, name, seed, target, budget_s, steps):
 
 
 def chosen_local_steps(run_dir):
-    """The N that local_sgd.steps = auto chose: the run's resolved config.toml stores the number."""
+    """What local_sgd.steps = auto chose, as "N" or "N/F/dtype" when the run also had fragments and
+    comm_dtype to choose: the run's resolved config.toml stores the numbers."""
     import tomllib
     with open(os.path.join(run_dir, "config.toml"), "rb") as f:
-        return tomllib.load(f)["local_sgd"]["steps"]
+        l = tomllib.load(f)["local_sgd"]
+    if l["fragments"] == 1 and l["comm_dtype"] == "fp32":
+        return l["steps"]
+    return f'{l["steps"]}/{l["fragments"]}/{l["comm_dtype"]}'
+
 
 
 def summarize(rows, target, wire, wall, stopped):

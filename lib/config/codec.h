@@ -42,9 +42,10 @@ struct Codec<int64_t> {
   static std::string literal(int64_t v) { return std::to_string(v); }
 };
 
-// A count that may also be "auto" (local_sgd.steps): stored as LocalSgdConfig::kAutoSteps (0), which
-// no count takes, and printed back as "auto".
+// A count that may also be "auto" (local_sgd.steps, local_sgd.fragments): stored as 0, which no count
+// takes (LocalSgdConfig::kAutoSteps, kAutoFragments), and printed back as "auto".
 struct CountOrAutoCodec {
+  static_assert(LocalSgdConfig::kAutoSteps == 0 && LocalSgdConfig::kAutoFragments == 0);
   static const char* type() { return "int >= 1 | auto"; }
   static int64_t from_toml(const std::string& key, const toml::node& n) {
     if (n.is_string() && n.as_string()->get() == "auto") return LocalSgdConfig::kAutoSteps;

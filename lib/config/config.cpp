@@ -141,7 +141,8 @@ const std::vector<Key>& keys() {
       make_key<detail::CountOrAutoCodec>(
           "local_sgd.steps", &Config::local_sgd, &LocalSgdConfig::steps,
           "local optimizer steps N between parameter averages; auto = measure the compute step and the link at "
-          "start and choose N from the cost model (printed with the reason; a resumed run keeps its checkpoint's N)"),
+          "start and choose N from the cost model, with local_sgd.fragments and comm_dtype where those are auto "
+          "too (printed with the reason; a resumed run keeps its checkpoint's choice)"),
       HT_KEY(local_sgd, warmup_steps, "synchronous gradient-averaged steps before local SGD starts"),
       HT_KEY(local_sgd, average_buffers, "average module buffers too"),
       HT_KEY(local_sgd, optimizer_state, "AdamW moments at each sync: kept per rank or averaged"),
@@ -151,11 +152,14 @@ const std::vector<Key>& keys() {
       HT_KEY(local_sgd, nesterov, "DiLoCo Nesterov momentum"),
       HT_KEY(local_sgd, comm_dtype,
              "exchange precision (fp32 accumulation); int8/int4 quantize the change since the last exchange "
-             "with one fp32 scale per local_sgd.quant_block elements"),
+             "with one fp32 scale per local_sgd.quant_block elements; auto (with local_sgd.steps = auto) = the "
+             "one the cost model predicts fastest, a coarser one only when >= 2 % faster"),
       HT_KEY(local_sgd, quant_block, "int8/int4 exchange: elements per fp32 scale"),
-      HT_KEY(local_sgd, fragments,
-             "streaming: split the parameters into F fragments of whole blocks; fragment f is exchanged at step "
-             "f x steps / F of each cycle, so the link carries one fragment at a time"),
+      make_key<detail::CountOrAutoCodec>(
+          "local_sgd.fragments", &Config::local_sgd, &LocalSgdConfig::fragments,
+          "streaming: split the parameters into F fragments of whole blocks; fragment f is exchanged at step "
+          "f x steps / F of each cycle, so the link carries one fragment at a time; auto (with local_sgd.steps = "
+          "auto) = F in 1, 2, 4, ... n_layer chosen with N (more fragments pay only with overlap_steps >= 1)"),
       HT_KEY(local_sgd, group_size,
              "hierarchical: ranks per group (consecutive ranks) that average gradients every step; local SGD "
              "runs across groups; 0 = the ranks of one node; 1 = flat"),

@@ -26,7 +26,8 @@ enum class EvalStrategy { kSteps, kEpoch, kNo };
 enum class RecomputePolicy { kNone, kFull, kEveryK, kSelective };
 enum class OptimizerState { kLocal, kAverage };
 enum class OuterOptimizer { kAverage, kDiloco };
-enum class ExchangeDtype { kFp32, kBf16, kFp16, kInt8, kInt4 };
+// kAuto: chosen with local_sgd.steps = auto at start (train::resolve_local_steps), never exchanged as such.
+enum class ExchangeDtype { kFp32, kBf16, kFp16, kInt8, kInt4, kAuto };
 enum class OptimizerKind { kAdamw, kSgd };
 enum class OptimizerImpl { kAuto, kFused, kForeach, kPlain };
 // A metric that evaluation logs (metrics.jsonl names), for the best checkpoint and early stopping.
@@ -66,7 +67,8 @@ HT_ENUM_NAMES(ht::config::OuterOptimizer, {ht::config::OuterOptimizer::kAverage,
               {ht::config::OuterOptimizer::kDiloco, "diloco"})
 HT_ENUM_NAMES(ht::config::ExchangeDtype, {ht::config::ExchangeDtype::kFp32, "fp32"},
               {ht::config::ExchangeDtype::kBf16, "bf16"}, {ht::config::ExchangeDtype::kFp16, "fp16"},
-              {ht::config::ExchangeDtype::kInt8, "int8"}, {ht::config::ExchangeDtype::kInt4, "int4"})
+              {ht::config::ExchangeDtype::kInt8, "int8"}, {ht::config::ExchangeDtype::kInt4, "int4"},
+              {ht::config::ExchangeDtype::kAuto, "auto"})
 HT_ENUM_NAMES(ht::config::OptimizerKind, {ht::config::OptimizerKind::kAdamw, "adamw"},
               {ht::config::OptimizerKind::kSgd, "sgd"})
 HT_ENUM_NAMES(ht::config::OptimizerImpl, {ht::config::OptimizerImpl::kAuto, "auto"},
@@ -158,6 +160,7 @@ struct RecomputeConfig {
 struct LocalSgdConfig {
   bool enabled = false;        // false: per-step gradient all-reduce (data parallel)
   static constexpr int64_t kAutoSteps = 0;  // steps = auto: train::resolve_local_steps() picks N at start
+  static constexpr int64_t kAutoFragments = 0;  // fragments = auto: picked with N (needs steps = auto)
   static constexpr int64_t kLargestAutoSteps = 64;  // auto picks among N = 1, 2, 4, ... this
   int64_t steps = 8;           // N local steps between averages, or kAutoSteps
   int64_t warmup_steps = 0;    // synchronous steps before local steps start
@@ -171,7 +174,7 @@ struct LocalSgdConfig {
   bool nesterov = true;
   ExchangeDtype comm_dtype = ExchangeDtype::kFp32;
   int64_t quant_block = 64;         // int8/int4: elements per fp32 scale
-  int64_t fragments = 1;            // streaming: parameters in F fragments of whole blocks, each exchanged at its own step
+  int64_t fragments = 1;            // streaming: parameters in F fragments of whole blocks, each exchanged at its own step; or kAutoFragments
   int64_t group_size = 1;           // hierarchical: ranks per group averaging gradients every step; 0 = ranks of one node
   int64_t overlap_steps = 0;        // apply a non-blocking average k steps later; 0 = blocking
   int64_t bucket_mb = 0;            // 0 = one fused buffer (the overlapped gradient all-reduce: 1 MiB)

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <utility>
 
 #include "config/config.h"
 #include "core/error.h"
@@ -88,22 +89,38 @@ void check_data_parallel(const Config& c) {
   if (l.comm_dtype == ExchangeDtype::kInt4 && l.quant_block % 2 != 0)
     bad("local_sgd.quant_block", fmt::format("{} is odd, but local_sgd.comm_dtype = int4 packs two values per byte: "
                                              "the block must be even", l.quant_block));
-  if (l.fragments < 1) bad("local_sgd.fragments", "must be >= 1");
+  const bool auto_fragments = l.fragments == LocalSgdConfig::kAutoFragments;
+  if (l.fragments < 1 && !auto_fragments) bad("local_sgd.fragments", "must be >= 1");
   if (l.fragments > c.model.n_layer)
     bad("local_sgd.fragments", fmt::format("{} fragments of whole blocks need at least as many blocks, but "
                                            "model.n_layer = {}", l.fragments, c.model.n_layer));
   if (!(l.auto_step_penalty >= 0 && l.auto_step_penalty <= 1)) bad("local_sgd.auto_step_penalty", "must be in [0, 1]");
+  // fragments and comm_dtype = auto are chosen together with N, by the same measurement.
+  const bool auto_dtype = l.comm_dtype == ExchangeDtype::kAuto;
+  using Flag = std::pair<const char*, bool>;
+  for (const auto& [key, is_auto] : {Flag{"local_sgd.fragments", auto_fragments}, Flag{"local_sgd.comm_dtype", auto_dtype}}) {
+    if (!is_auto) continue;
+    if (!l.enabled || l.steps != LocalSgdConfig::kAutoSteps)
+      bad(key, "auto is chosen together with N: it needs local_sgd.enabled = true and local_sgd.steps = auto");
+  }
+  if (auto_fragments && l.optimizer_state == OptimizerState::kAverage)
+    bad("local_sgd.fragments", "auto may choose several fragments, but local_sgd.optimizer_state = average needs "
+                               "local_sgd.fragments = 1");
   if (l.steps == LocalSgdConfig::kAutoSteps) {
     // The choice takes only N that pass the checks below; the groups' per-step exchange is outside its model.
     if (l.enabled && l.group_size != 1)
       bad("local_sgd.steps", "auto chooses N for flat local SGD; with hierarchical groups (local_sgd.group_size "
                              "!= 1) set N explicitly");
+    // With fragments = auto, F = 1 is always a candidate: it fits whenever any F does.
+    LocalSgdConfig fixed = l;
+    if (auto_fragments) fixed.fragments = 1;
     bool any_fits = false;
-    for (int64_t n = 1; n <= LocalSgdConfig::kLargestAutoSteps; n *= 2) any_fits = any_fits || !local_steps_problem(l, n);
+    for (int64_t n = 1; n <= LocalSgdConfig::kLargestAutoSteps; n *= 2)
+      any_fits = any_fits || !local_steps_problem(fixed, n);
     if (!any_fits)
       bad("local_sgd.steps", fmt::format("auto: no N in 1, 2, 4, ... {} fits local_sgd.fragments = {} and "
                                          "local_sgd.overlap_steps = {}; set N explicitly",
-                                         LocalSgdConfig::kLargestAutoSteps, l.fragments, l.overlap_steps));
+                                         LocalSgdConfig::kLargestAutoSteps, fixed.fragments, l.overlap_steps));
   } else if (const auto problem = local_steps_problem(l, l.steps)) {
     bad(problem->key, problem->why);
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "comm/exchange.h"
 #include "core/error.h"
@@ -90,38 +91,114 @@ int64_t exchanged_values(model::Gpt& gpt, const config::Config& cfg) {
   return n;
 }
 
-std::string table(const LocalStepsChoice& c) {
-  std::string out = "     N    step s   steps x   s per N=1 step";
+// The dtypes comm_dtype = auto weighs, most precise first. fp16 is left out: it carries bf16's bytes
+// with less range.
+std::vector<config::ExchangeDtype> dtype_candidates(const config::LocalSgdConfig& l) {
+  using D = config::ExchangeDtype;
+  if (l.comm_dtype != D::kAuto) return {l.comm_dtype};
+  std::vector<D> out{D::kFp32, D::kBf16, D::kInt8};
+  if (l.quant_block % 2 == 0) out.push_back(D::kInt4);  // int4 packs two values per byte
+  return out;
+}
+
+std::vector<int64_t> fragment_candidates(const config::LocalSgdConfig& l, int64_t max_fragments) {
+  if (l.fragments != config::LocalSgdConfig::kAutoFragments) return {l.fragments};
+  std::vector<int64_t> out;
+  for (int64_t f = 1; f <= std::max<int64_t>(1, max_fragments); f *= 2) out.push_back(f);
+  return out;
+}
+
+bool is_auto_search(const config::LocalSgdConfig& l) {
+  return l.fragments == config::LocalSgdConfig::kAutoFragments || l.comm_dtype == config::ExchangeDtype::kAuto;
+}
+
+std::string row(const LocalStepsCandidate& k, bool chosen, bool with_exchange) {
+  std::string out = fmt::format("\n  {}", chosen ? "->" : "  ");
+  if (with_exchange) out += fmt::format("{:>5} {:>2} {:>9.3f}", config::name_of(k.dtype), k.fragments, k.exchange_bytes / 1e6);
+  return out + fmt::format("{:>4} {:>9.4f} {:>9.4f} {:>11.4f}", k.steps, k.step_s, k.relative_steps, k.cost);
+}
+
+// Without auto fragments or dtype: one row per N. With them: the cheapest N of every (dtype, F), then
+// every N of the chosen (dtype, F).
+std::string table(const LocalStepsChoice& c, bool search) {
+  const std::string header = "     N    step s   steps x   s per N=1 step";
+  auto chosen = [&](const LocalStepsCandidate& k) {
+    return k.steps == c.steps && k.fragments == c.fragments && k.dtype == c.dtype;
+  };
+  auto same_exchange = [&](const LocalStepsCandidate& k) { return k.fragments == c.fragments && k.dtype == c.dtype; };
+  if (!search) {
+    std::string out = header;
+    for (const auto& k : c.candidates) out += row(k, chosen(k), false);
+    return out;
+  }
+  std::string out = "  dtype  F  MB/exch.   N    step s   steps x   s per N=1 step  (cheapest N of each dtype and F)";
+  for (size_t i = 0; i < c.candidates.size();) {
+    size_t best = i, j = i;
+    for (; j < c.candidates.size() && c.candidates[j].dtype == c.candidates[i].dtype &&
+           c.candidates[j].fragments == c.candidates[i].fragments;
+         ++j)
+      if (c.candidates[j].cost < c.candidates[best].cost) best = j;
+    out += row(c.candidates[best], chosen(c.candidates[best]), true);
+    i = j;
+  }
+  out += fmt::format("\n  every N with {} in {} fragment(s):\n{}", config::name_of(c.dtype), c.fragments, header);
   for (const auto& k : c.candidates)
-    out += fmt::format("\n  {}{:>4} {:>9.4f} {:>9.4f} {:>11.4f}", k.steps == c.steps ? "->" : "  ", k.steps, k.step_s,
-                       k.relative_steps, k.cost);
+    if (same_exchange(k)) out += row(k, chosen(k), false);
   return out;
 }
 
 }  // namespace
 
-LocalStepsChoice choose_local_steps(const config::LocalSgdConfig& l, const StepAndLink& m, int64_t total_steps) {
+LocalStepsChoice choose_local_steps(const config::LocalSgdConfig& l, const StepAndLink& m, int64_t total_steps,
+                                    int64_t max_fragments) {
   LocalStepsChoice out;
-  const double F = static_cast<double>(l.fragments);
-  const double t_fragment = m.bytes_per_s > 0 ? m.latency_s + m.exchange_bytes / F / m.bytes_per_s : 0.0;
-  const double exposed =
-      l.overlap_steps > 0 ? std::max(0.0, t_fragment - static_cast<double>(l.overlap_steps) * m.compute_s) : t_fragment;
-  double best = std::numeric_limits<double>::infinity();
-  for (int64_t n = 1; n <= config::LocalSgdConfig::kLargestAutoSteps; n *= 2) {
-    if (config::local_steps_problem(l, n)) continue;
-    if (total_steps > 0 && n > 1 && n * kMinExchangesPerRun > total_steps) continue;
-    LocalStepsCandidate k;
-    k.steps = n;
-    k.step_s = m.compute_s + F * exposed / static_cast<double>(n);
-    k.relative_steps = 1.0 + l.auto_step_penalty * std::log2(static_cast<double>(n));
-    k.cost = k.step_s * k.relative_steps;
-    if (k.cost < best) best = k.cost, out.steps = n;
-    out.candidates.push_back(k);
+  double chosen_cost = std::numeric_limits<double>::infinity();
+  for (const auto dtype : dtype_candidates(l)) {
+    // A quantized exchange pads the values to whole blocks of one scale each.
+    const auto wire = exchange_dtype(dtype);
+    const int64_t multiple = comm::elems_multiple(wire, l.quant_block);
+    const int64_t padded = (m.exchange_values + multiple - 1) / multiple * multiple;
+    const double bytes = static_cast<double>(comm::wire_bytes(wire, padded, l.quant_block));
+    for (const int64_t fragments : fragment_candidates(l, max_fragments)) {
+      config::LocalSgdConfig fixed = l;
+      fixed.fragments = fragments;
+      const double F = static_cast<double>(fragments);
+      const double t_fragment = m.bytes_per_s > 0 ? m.latency_s + bytes / F / m.bytes_per_s : 0.0;
+      const double exposed = l.overlap_steps > 0
+                                 ? std::max(0.0, t_fragment - static_cast<double>(l.overlap_steps) * m.compute_s)
+                                 : t_fragment;
+      std::optional<size_t> best;  // an index: the vector grows
+      for (int64_t n = 1; n <= config::LocalSgdConfig::kLargestAutoSteps; n *= 2) {
+        if (config::local_steps_problem(fixed, n)) continue;
+        if (total_steps > 0 && n > 1 && n * kMinExchangesPerRun > total_steps) continue;
+        LocalStepsCandidate k;
+        k.steps = n;
+        k.fragments = fragments;
+        k.dtype = dtype;
+        k.exchange_bytes = bytes;
+        k.step_s = m.compute_s + F * exposed / static_cast<double>(n);
+        k.relative_steps = 1.0 + l.auto_step_penalty * std::log2(static_cast<double>(n));
+        k.cost = k.step_s * k.relative_steps;
+        out.candidates.push_back(k);
+        if (!best || k.cost < out.candidates[*best].cost) best = out.candidates.size() - 1;
+      }
+      // The first (dtype, F) that fits is taken; a later one only when clearly cheaper.
+      if (!best) continue;
+      const auto& k = out.candidates[*best];
+      if (std::isinf(chosen_cost) || k.cost < chosen_cost * (1.0 - kAutoMargin)) {
+        chosen_cost = k.cost;
+        out.steps = k.steps;
+        out.fragments = k.fragments;
+        out.dtype = k.dtype;
+      }
+    }
   }
   HT_REQUIRE(!out.candidates.empty(), ExitCode::kUsage,
              "config key 'local_sgd.steps': auto found no N in 1..{} (powers of 2) that fits local_sgd.fragments = {} "
              "and local_sgd.overlap_steps = {}{}; set local_sgd.steps explicitly",
-             config::LocalSgdConfig::kLargestAutoSteps, l.fragments, l.overlap_steps,
+             config::LocalSgdConfig::kLargestAutoSteps,
+             l.fragments == config::LocalSgdConfig::kAutoFragments ? std::string("auto") : std::to_string(l.fragments),
+             l.overlap_steps,
              total_steps > 0 ? fmt::format(" with {} exchanges in {} steps", kMinExchangesPerRun, total_steps) : "");
   return out;
 }
@@ -132,14 +209,13 @@ StepAndLink measure_step_and_link(model::Gpt& gpt, comm::Communicator& comm, con
   comm.barrier();  // every rank computes at once, as in training (ranks may share cores)
   m.compute_s = comm.allreduce_max(time_compute(gpt, cfg, device, /*repeats=*/2));
   const auto& l = cfg.local_sgd;
-  m.exchange_bytes =
-      static_cast<double>(comm::wire_bytes(exchange_dtype(l.comm_dtype), exchanged_values(gpt, cfg), l.quant_block));
+  m.exchange_values = exchanged_values(gpt, cfg);
   if (comm.size() < 2) return m;
-  // Two sizes give latency and rate: 64 KiB and the exchange of one fragment, within 256 KiB..1 MiB
-  // so that a 20 Mbit/s link spends about two seconds on the probe.
+  // Two sizes give latency and rate: 64 KiB and one fp32 fragment, within 256 KiB..1 MiB so that a
+  // 20 Mbit/s link spends about two seconds on the probe.
   const int64_t small = 16 * 1024;  // values
-  const int64_t large = std::clamp<int64_t>(static_cast<int64_t>(m.exchange_bytes / l.fragments / 4), 4 * small,
-                                            16 * small);
+  const int64_t fragments = std::max<int64_t>(1, l.fragments);  // auto: sized for one fragment
+  const int64_t large = std::clamp<int64_t>(m.exchange_values / fragments, 4 * small, 16 * small);
   const double t_small = time_allreduce(comm, small, 2);
   const double t_large = time_allreduce(comm, large, 1);
   const double per_byte = std::max(1e-12, (t_large - t_small) / static_cast<double>(4 * (large - small)));
@@ -152,29 +228,44 @@ void resolve_local_steps(config::Config& cfg, model::Gpt& gpt, comm::Communicato
                          int64_t total_steps, const std::optional<checkpoint::Snapshot>& resumed) {
   auto& l = cfg.local_sgd;
   if (!l.enabled || l.steps != config::LocalSgdConfig::kAutoSteps) return;
+  const bool search = is_auto_search(l);
   if (resumed) {
     const auto stored = stored_config(*resumed);
     if (stored && stored->local_sgd.steps != config::LocalSgdConfig::kAutoSteps) {
-      l.steps = stored->local_sgd.steps;
+      const auto& s = stored->local_sgd;
+      l.steps = s.steps;
+      if (l.fragments == config::LocalSgdConfig::kAutoFragments) l.fragments = s.fragments;
+      if (l.comm_dtype == config::ExchangeDtype::kAuto) l.comm_dtype = s.comm_dtype;
       if (comm.rank() == 0)
-        HT_INFO("local_sgd.steps = auto: {} as chosen when the run started (stored in {})", l.steps, resumed->path);
+        HT_INFO("local_sgd.steps = auto: {}{} as chosen when the run started (stored in {})", l.steps,
+                search ? fmt::format(", {} fragment(s), {} exchange", l.fragments, config::name_of(l.comm_dtype)) : "",
+                resumed->path);
       return;
     }
   }
   Stopwatch probe;
   const StepAndLink m = measure_step_and_link(gpt, comm, cfg, device);
-  const LocalStepsChoice c = choose_local_steps(l, m, total_steps);
+  const LocalStepsChoice c = choose_local_steps(l, m, total_steps, gpt->options().n_layer);
+  const std::string asked =
+      fmt::format("fragments {}, comm_dtype {}",
+                  l.fragments == config::LocalSgdConfig::kAutoFragments ? std::string("auto") : std::to_string(l.fragments),
+                  config::name_of(l.comm_dtype));
   l.steps = c.steps;
+  l.fragments = c.fragments;
+  l.comm_dtype = c.dtype;
   if (comm.rank() != 0) return;
   HT_INFO("local_sgd.steps = auto: compute step {:.3f} s; link: {:.1f} MB/s, latency {:.2f} ms (fp32 all-reduce of "
-          "two sizes over {} ranks; measured in {:.1f} s); an exchange carries {:.2f} MB in {}{}; assumed steps to a "
-          "loss 1 + {} x log2 N",
-          m.compute_s, m.bytes_per_s / 1e6, m.latency_s * 1e3, comm.size(), probe.seconds(), m.exchange_bytes / 1e6,
-          config::name_of(l.comm_dtype),
-          l.fragments > 1 ? fmt::format(" ({} fragments, overlap {} steps)", l.fragments, l.overlap_steps)
-                          : std::string(l.overlap_steps > 0 ? fmt::format(" (overlap {} steps)", l.overlap_steps) : ""),
-          l.auto_step_penalty);
-  HT_INFO("local_sgd.steps = auto chose N = {} (least predicted seconds to the same loss):\n{}", c.steps, table(c));
+          "two sizes over {} ranks; measured in {:.1f} s); an exchange carries {} values ({}{}); assumed steps to a "
+          "loss 1 + {} x log2 N{}",
+          m.compute_s, m.bytes_per_s / 1e6, m.latency_s * 1e3, comm.size(), probe.seconds(), m.exchange_values, asked,
+          l.overlap_steps > 0 ? fmt::format(", overlap {} steps", l.overlap_steps) : "", l.auto_step_penalty,
+          search ? fmt::format("; the same steps for every dtype and F; a coarser dtype or more fragments only when "
+                               ">= {:.0f} % faster",
+                               kAutoMargin * 100)
+                 : "");
+  HT_INFO("local_sgd.steps = auto chose N = {}{} (least predicted seconds to the same loss):\n{}", c.steps,
+          search ? fmt::format(" with {} fragment(s) and {} exchange", c.fragments, config::name_of(c.dtype)) : "",
+          table(c, search));
   if (c.steps == 1 && comm.size() > 1)
     HT_INFO("local_sgd.steps = auto: N = 1 means the link keeps up with every step; the per-step gradient all-reduce "
             "(local_sgd.enabled = false, overlap_grad_allreduce = true) hides it under backward instead");

@@ -1,15 +1,20 @@
 // local_sgd.steps = auto: measure one training step's compute and the link at start-up, predict from
-// the cost model of jobs/bench/cost_model.py how long each candidate N takes to reach a given loss,
-// take the fastest, and say why.
+// the cost model of jobs/bench/cost_model.py how long each candidate takes to reach a given loss,
+// take the fastest, and say why. A candidate is N, and also the fragment count F and the exchange
+// dtype where local_sgd.fragments / comm_dtype are auto too.
 //
 //   step(N)   = t_compute + F x exposed / N              exposed = t_fragment, less tau x t_compute when
 //                                                        each exchange overlaps tau steps (overlap_steps)
-//   t_fragment = latency + (exchange bytes / F) / rate    fitted on two timed all-reduces
+//   t_fragment = latency + (exchange bytes / F) / rate    fitted on two timed all-reduces; the bytes are
+//                                                        the dtype's wire bytes (codes and scales)
 //   steps(N)  = steps(1) x (1 + penalty x log2 N)         penalty = local_sgd.auto_step_penalty
-//   choose the N that minimises steps(N) x step(N)
+//   choose the candidate that minimises steps(N) x step(N)
 //
-// The step penalty is not measured here: it is what the demo needed (docs/local-sgd.md). A run that
-// resumes keeps its checkpoint's N, so the cycle and the stored exchange state stay valid.
+// Neither the step penalty nor the quality of a quantized exchange is measured here: the penalty is
+// what the demo needed (docs/local-sgd.md), and int8 / int4 deltas reached the same loss as fp32 at
+// equal steps there, so the model charges a dtype its bytes only. That is why a coarser dtype, or more
+// fragments, replaces a choice only when it is predicted at least kAutoMargin faster. A run that
+// resumes keeps its checkpoint's choice, so the cycle and the stored exchange state stay valid.
 #pragma once
 #include <torch/types.h>
 
@@ -29,11 +34,14 @@ struct StepAndLink {
   double compute_s = 0.0;        // one optimizer step without communication (the slowest rank)
   double latency_s = 0.0;        // all-reduce time = latency_s + bytes / bytes_per_s
   double bytes_per_s = 0.0;      // 0: no link (one rank)
-  double exchange_bytes = 0.0;   // one whole-model exchange in local_sgd.comm_dtype, bytes per rank
+  int64_t exchange_values = 0;   // values one whole-model exchange carries per rank
 };
 
 struct LocalStepsCandidate {
   int64_t steps = 1;
+  int64_t fragments = 1;
+  config::ExchangeDtype dtype = config::ExchangeDtype::kFp32;
+  double exchange_bytes = 0.0;   // one whole-model exchange on the wire in this dtype, bytes per rank
   double step_s = 0.0;           // predicted mean step time
   double relative_steps = 1.0;   // predicted steps to a loss, relative to N = 1
   double cost = 0.0;             // step_s x relative_steps: seconds per step of N = 1's progress
@@ -41,13 +49,23 @@ struct LocalStepsCandidate {
 
 struct LocalStepsChoice {
   int64_t steps = 1;
-  std::vector<LocalStepsCandidate> candidates;  // the N that fit fragments and overlap_steps, ascending
+  int64_t fragments = 1;
+  config::ExchangeDtype dtype = config::ExchangeDtype::kFp32;
+  // Every candidate predicted, grouped by dtype (fp32, bf16, int8, int4) then F, N ascending.
+  std::vector<LocalStepsCandidate> candidates;
 };
 
-// The candidates N = 1, 2, 4, ... 64 that fit local_sgd.fragments and overlap_steps and leave at
-// least 4 exchanges in a run of total_steps (0: unknown), each predicted; the cheapest wins (the
-// smaller N on a tie). Throws kUsage naming local_sgd.steps when no candidate fits.
-LocalStepsChoice choose_local_steps(const config::LocalSgdConfig& l, const StepAndLink& m, int64_t total_steps);
+// A coarser dtype or more fragments must be predicted this much faster to replace a choice.
+inline constexpr double kAutoMargin = 0.02;
+
+// The candidates N = 1, 2, 4, ... 64 that fit the fragments and overlap_steps and leave at least 4
+// exchanges in a run of total_steps (0: unknown); with fragments = auto also F = 1, 2, 4, ... up to
+// max_fragments (the model's blocks), with comm_dtype = auto the dtypes fp32, bf16, int8 and int4 (int4
+// only with an even quant_block). For each (dtype, F) the cheapest N wins (the smaller on a tie); the
+// (dtype, F) are then visited from the most precise and fewest fragments on, each taking over only when
+// kAutoMargin cheaper. Throws kUsage naming local_sgd.steps when no candidate fits.
+LocalStepsChoice choose_local_steps(const config::LocalSgdConfig& l, const StepAndLink& m, int64_t total_steps,
+                                    int64_t max_fragments = 1);
 
 // Collective. Times grad_accum forward/backward passes of synthetic batches (the parameters, the
 // gradients and the RNG streams are left as they were) and fp32 all-reduces of two sizes, the
@@ -55,9 +73,9 @@ LocalStepsChoice choose_local_steps(const config::LocalSgdConfig& l, const StepA
 StepAndLink measure_step_and_link(model::Gpt& gpt, comm::Communicator& comm, const config::Config& cfg,
                                   const torch::Device& device);
 
-// Collective when cfg.local_sgd.steps is auto and local SGD is on: sets it to the checkpoint's N when
-// `resumed` holds one, else measures and chooses, and logs the table and the choice on rank 0.
-// Leaves any other config unchanged.
+// Collective when cfg.local_sgd.steps is auto and local SGD is on: sets it (and fragments / comm_dtype
+// where those are auto) to the checkpoint's when `resumed` holds them, else measures and chooses, and
+// logs the table and the choice on rank 0. Leaves any other config unchanged.
 void resolve_local_steps(config::Config& cfg, model::Gpt& gpt, comm::Communicator& comm, const torch::Device& device,
                          int64_t total_steps, const std::optional<checkpoint::Snapshot>& resumed);
 

@@ -83,6 +83,23 @@ case "$CASE" in
     expect_once "local_sgd.steps = auto: $chosen as chosen when the run started"
     grep -qF "auto chose N" "$WORK/out.txt" && fail "the resumed run measured and chose again"
     note "auto chose N = $chosen ($syncs syncs in 16 steps); the resumed run kept it"
+    # fragments and comm_dtype = auto too: the printed choice is what config.toml stores (numbers and
+    # a dtype, not "auto"), and the resumed run keeps all three.
+    trained auto-all local_sgd.enabled=true local_sgd.steps=auto local_sgd.fragments=auto local_sgd.comm_dtype=auto \
+      local_sgd.overlap_steps=1 train.max_steps=16 checkpoint.every_steps=8
+    expect_once "local_sgd.steps = auto chose N = "
+    line=$(grep -F "local_sgd.steps = auto chose N = " "$WORK/out.txt")
+    read -r n f d < <(sed -n 's/.*chose N = \([0-9]*\) with \([0-9]*\) fragment(s) and \([a-z0-9]*\) exchange.*/\1 \2 \3/p' <<<"$line")
+    [ -n "${d:-}" ] || fail "no N, fragments and dtype in: $line"
+    stored=$(python3 -c "import sys,tomllib;l=tomllib.load(open(sys.argv[1],'rb'))['local_sgd'];print(l['steps'],l['fragments'],l['comm_dtype'])" \
+      "$WORK/auto-all/config.toml")
+    [ "$stored" = "$n $f $d" ] || fail "chose '$n $f $d', config.toml stores '$stored'"
+    expect_rc 0 mpi 2 "$HPCTRAIN" train --set data.path="$WORK/lm.h5" --set train.output_dir="$WORK/auto-all" "${TINY[@]}" \
+      --set local_sgd.enabled=true --set local_sgd.steps=auto --set local_sgd.fragments=auto --set local_sgd.comm_dtype=auto \
+      --set local_sgd.overlap_steps=1 --set train.max_steps=24 --set checkpoint.every_steps=8 --resume
+    expect_once "local_sgd.steps = auto: $n, $f fragment(s), $d exchange as chosen when the run started"
+    grep -qF "auto chose N" "$WORK/out.txt" && fail "the resumed run measured and chose again"
+    note "auto with fragments and comm_dtype chose N = $n, F = $f, $d; the resumed run kept them"
     ;;
   bad_keys)
     lm_data
@@ -102,6 +119,9 @@ case "$CASE" in
     refused 1 "config key 'local_sgd.comm_dtype'" local_sgd.comm_dtype=int2
     refused 2 "config key 'local_sgd.steps': auto chooses N for flat local SGD" \
       local_sgd.enabled=true local_sgd.steps=auto local_sgd.group_size=2
+    refused 2 "config key 'local_sgd.fragments': auto is chosen together with N: it needs local_sgd.enabled = true and local_sgd.steps = auto" \
+      local_sgd.enabled=true local_sgd.steps=8 local_sgd.fragments=auto
+    refused 2 "config key 'local_sgd.comm_dtype': auto is chosen together with N" local_sgd.enabled=false local_sgd.comm_dtype=auto
     refused 2 "config key 'local_sgd.steps': auto: no N in 1, 2, 4, ... 64 fits local_sgd.fragments = 2" \
       local_sgd.enabled=true local_sgd.steps=auto local_sgd.fragments=2 local_sgd.overlap_steps=40
     ;;

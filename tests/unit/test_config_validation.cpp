@@ -39,7 +39,7 @@ TEST(Config, EnumValuesAreParsedOnce) {
   EXPECT_EQ(c.recompute.policy, ht::config::RecomputePolicy::kEveryK);
   EXPECT_EQ(c.model.task, ht::config::Task::kClassification);
   EXPECT_EQ(c.log.level, ht::log::Level::kDebug);
-  EXPECT_EQ(ht::config::choices<ht::config::ExchangeDtype>(), "fp32 | bf16 | fp16 | int8 | int4");
+  EXPECT_EQ(ht::config::choices<ht::config::ExchangeDtype>(), "fp32 | bf16 | fp16 | int8 | int4 | auto");
 }
 
 TEST(Config, RejectsEachBadValueNamingTheKey) {
@@ -123,6 +123,31 @@ TEST(Config, LocalStepsRejectsWhatIsNeitherACountNorAuto) {
   } catch (const ht::Error& e) {
     EXPECT_NE(std::string(e.what()).find("local_sgd.steps"), std::string::npos) << e.what();
   }
+}
+
+// local_sgd.fragments and comm_dtype take "auto" too, round-trip as "auto", and are chosen with N only:
+// without local_sgd.steps = auto (or with the per-step mode) they are refused naming the key.
+TEST(Config, FragmentsAndDtypeAutoNeedStepsAuto) {
+  const auto c = ht::config::load("", {"local_sgd.enabled=true", "local_sgd.steps=auto", "local_sgd.fragments=auto",
+                                       "local_sgd.comm_dtype=auto", "model.n_layer=4"});
+  EXPECT_EQ(c.local_sgd.fragments, ht::config::LocalSgdConfig::kAutoFragments);
+  EXPECT_EQ(c.local_sgd.comm_dtype, ht::config::ExchangeDtype::kAuto);
+  const std::string text = ht::config::to_toml(c);
+  EXPECT_NE(text.find("fragments = \"auto\""), std::string::npos) << text;
+  EXPECT_NE(text.find("comm_dtype = 'auto'"), std::string::npos) << text;
+  EXPECT_EQ(ht::config::to_toml(ht::config::load_text(text, "round trip", {})), text);
+  for (const std::string key : {"local_sgd.fragments", "local_sgd.comm_dtype"}) {
+    std::string msg = error_of({"local_sgd.enabled=true", "local_sgd.steps=8", key + "=auto"});
+    EXPECT_NE(msg.find("config key '" + key + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("local_sgd.steps = auto"), std::string::npos) << msg;
+    msg = error_of({"local_sgd.enabled=false", key + "=auto"});
+    EXPECT_NE(msg.find("config key '" + key + "'"), std::string::npos) << msg;
+  }
+  const std::string msg = error_of({"local_sgd.enabled=true", "local_sgd.steps=auto", "local_sgd.fragments=auto",
+                                    "local_sgd.optimizer_state=average"});
+  EXPECT_NE(msg.find("config key 'local_sgd.fragments'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("optimizer_state"), std::string::npos) << msg;
+  EXPECT_NE(error_of({"local_sgd.fragments=0"}).find("local_sgd.fragments"), std::string::npos);
 }
 
 // With auto the cycle checks move to the choice (it offers only N that fit); what auto cannot model

@@ -21,12 +21,12 @@ std::vector<int64_t> candidates_of(const ht::train::LocalStepsChoice& c) {
   return out;
 }
 
-// Compute 1 s per step, one exchange 1 s (1 MB at 1 MB/s, no latency).
+// Compute 1 s per step, one fp32 exchange 1 s (250k values = 1 MB at 1 MB/s, no latency).
 StepAndLink one_second_each() {
   StepAndLink m;
   m.compute_s = 1.0;
   m.bytes_per_s = 1e6;
-  m.exchange_bytes = 1e6;
+  m.exchange_values = 250000;
   return m;
 }
 
@@ -76,6 +76,61 @@ TEST(AutoLocalSteps, OffersOnlyCyclesThatFitFragmentsAndOverlap) {
   EXPECT_EQ(candidates_of(choose_local_steps(l, one_second_each(), 40)), (std::vector<int64_t>{1, 2, 4, 8}));
 }
 
+// comm_dtype = auto: each dtype is charged its wire bytes (codes and fp32 scales, one per 64 values);
+// on a slow link int4 wins, on a fast one the gain is below the margin and fp32 stays.
+TEST(AutoLocalSteps, DtypeAutoChargesWireBytesAndKeepsPrecisionOnNearTies) {
+  ht::config::LocalSgdConfig l;
+  l.comm_dtype = ht::config::ExchangeDtype::kAuto;
+  StepAndLink slow = one_second_each();
+  slow.bytes_per_s = 1e4;  // fp32 exchange 100 s
+  auto c = choose_local_steps(l, slow, 0);
+  EXPECT_EQ(c.dtype, ht::config::ExchangeDtype::kInt4);
+  EXPECT_EQ(c.steps, 64);
+  ASSERT_EQ(c.candidates.size(), 4u * 7u);  // fp32, bf16, int8, int4 x N = 1..64
+  EXPECT_DOUBLE_EQ(c.candidates[0].exchange_bytes, 1e6);                  // fp32
+  EXPECT_DOUBLE_EQ(c.candidates[7].exchange_bytes, 5e5);                  // bf16
+  // Quantized: 250000 values padded to 3907 blocks of 64 (250048), one 4-byte scale per block.
+  EXPECT_DOUBLE_EQ(c.candidates[14].exchange_bytes, 250048.0 + 3907 * 4);  // int8: a byte per value
+  EXPECT_DOUBLE_EQ(c.candidates[21].exchange_bytes, 125024.0 + 3907 * 4);  // int4: two values a byte
+  // int4 at N = 64, no overlap: the whole exchange (140652 bytes at 1e4 B/s) spread over 64 steps.
+  EXPECT_DOUBLE_EQ(c.candidates[27].step_s, 1.0 + 140652.0 / 1e4 / 64);
+  StepAndLink fast = one_second_each();
+  fast.bytes_per_s = 1e9;  // fp32 exchange 1 ms: bf16 would save 0.05 % per step
+  c = choose_local_steps(l, fast, 0);
+  EXPECT_EQ(c.dtype, ht::config::ExchangeDtype::kFp32);
+  EXPECT_EQ(c.steps, 1);
+  l.quant_block = 63;  // int4 packs two values per byte: an odd block leaves it out
+  c = choose_local_steps(l, slow, 0);
+  EXPECT_EQ(c.dtype, ht::config::ExchangeDtype::kInt8);
+  EXPECT_EQ(c.candidates.size(), 3u * 7u);
+}
+
+// fragments = auto with one step of overlap, exchange 4 s, compute 1 s: F = 1 is best at N = 32
+// ((1 + 3/32) x 1.3125 = 1.4355), F = 2 at N = 32 ((1 + 2/32) x 1.3125 = 1.3945, 2.9 % cheaper: taken),
+// F = 4 hides each 1 s fragment under a step, N = 8 (N / F > 1) costs 1.1875: taken.
+TEST(AutoLocalSteps, FragmentsAutoPaysWhenEachFragmentHidesUnderTheOverlap) {
+  ht::config::LocalSgdConfig l;
+  l.fragments = ht::config::LocalSgdConfig::kAutoFragments;
+  l.overlap_steps = 1;
+  StepAndLink m = one_second_each();
+  m.bytes_per_s = 2.5e5;
+  auto c = choose_local_steps(l, m, 0, /*max_fragments=*/4);
+  EXPECT_EQ(c.fragments, 4);
+  EXPECT_EQ(c.steps, 8);
+  std::vector<int64_t> fragments;
+  for (const auto& k : c.candidates)
+    if (fragments.empty() || fragments.back() != k.fragments) fragments.push_back(k.fragments);
+  EXPECT_EQ(fragments, (std::vector<int64_t>{1, 2, 4}));
+  // Only two blocks: F <= 2, and F = 2 takes over from F = 1 (2.9 % > the 2 % margin).
+  c = choose_local_steps(l, m, 0, /*max_fragments=*/2);
+  EXPECT_EQ(c.fragments, 2);
+  EXPECT_EQ(c.steps, 32);
+  // Without overlap more fragments only add latency: F = 1.
+  l.overlap_steps = 0;
+  m.latency_s = 0.01;
+  EXPECT_EQ(choose_local_steps(l, m, 0, 4).fragments, 1);
+}
+
 TEST(AutoLocalSteps, NoFittingCycleNamesTheKey) {
   ht::config::LocalSgdConfig l;
   l.fragments = 4;
@@ -122,6 +177,6 @@ TEST(AutoLocalSteps, MeasuringLeavesTheModelAndTheRngAsTheyWere) {
     EXPECT_FALSE(p.grad().defined());
     values += p.numel();
   }
-  // fp32 exchange of the parameters (the model has no floating-point buffers).
-  EXPECT_EQ(m.exchange_bytes, 4.0 * static_cast<double>(values));
+  // The parameters (the model has no floating-point buffers).
+  EXPECT_EQ(m.exchange_values, values);
 }

@@ -145,9 +145,15 @@ void check_world(const config::Config& cfg, int world_size, int node_size) {
 
 std::unique_ptr<DataParallel> make_data_parallel(torch::nn::Module& model, comm::Communicator& comm,
                                                  const config::Config& cfg) {
-  HT_REQUIRE(!cfg.local_sgd.enabled || cfg.local_sgd.steps != config::LocalSgdConfig::kAutoSteps, ExitCode::kUsage,
-             "config key 'local_sgd.steps': auto is resolved by the trainer (train::resolve_local_steps) before the "
-             "strategy is built; a hand-written loop sets N or calls resolve_local_steps first");
+  const auto& l = cfg.local_sgd;
+  for (const auto& [key, is_auto] :
+       {std::pair<const char*, bool>{"local_sgd.steps", l.enabled && l.steps == config::LocalSgdConfig::kAutoSteps},
+        std::pair<const char*, bool>{"local_sgd.fragments", l.fragments == config::LocalSgdConfig::kAutoFragments},
+        std::pair<const char*, bool>{"local_sgd.comm_dtype", l.comm_dtype == config::ExchangeDtype::kAuto}})
+    HT_REQUIRE(!is_auto, ExitCode::kUsage,
+               "config key '{}': auto is resolved by the trainer (train::resolve_local_steps) before the strategy is "
+               "built; a hand-written loop sets it or calls resolve_local_steps first",
+               key);
   verify_same_model(comm, model, cfg);
   std::vector<torch::Tensor> params = model.parameters(), buffers;
   for (auto& b : model.buffers())

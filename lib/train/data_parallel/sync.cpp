@@ -1,6 +1,7 @@
 // Per-step gradient averaging, blocking or overlapped with backward (see sync.h).
 #include "train/data_parallel/sync.h"
 
+#include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
 
@@ -13,6 +14,9 @@ comm::ExchangeDType exchange_dtype(config::ExchangeDtype t) {
     case config::ExchangeDtype::kInt8: return comm::ExchangeDType::kI8;
     case config::ExchangeDtype::kInt4: return comm::ExchangeDType::kI4;
     case config::ExchangeDtype::kFp32: break;
+    case config::ExchangeDtype::kAuto:
+      throw Error(ExitCode::kUsage, "config key 'local_sgd.comm_dtype': auto is resolved with local_sgd.steps = auto "
+                                    "(train::resolve_local_steps) before anything is exchanged");
   }
   return comm::ExchangeDType::kF32;
 }

@@ -79,16 +79,27 @@ double time_allreduce(comm::Communicator& comm, int64_t n, int repeats) {
 }
 
 // Values one exchange carries per rank: the synchronised tensors, and the optimizer moments when
-// local_sgd.optimizer_state = average.
-int64_t exchanged_values(model::Gpt& gpt, const config::Config& cfg) {
-  int64_t n = 0;
-  for (const auto& t : sync_tensors_of(*gpt, cfg.local_sgd.average_buffers)) n += t.numel();
+// local_sgd.optimizer_state = average (kept apart: they go in fp32 when the tensors are quantized).
+void count_exchanged_values(model::Gpt& gpt, const config::Config& cfg, StepAndLink& m) {
+  m.exchange_values = 0;
+  for (const auto& t : sync_tensors_of(*gpt, cfg.local_sgd.average_buffers)) m.exchange_values += t.numel();
+  m.moment_values = 0;
   if (cfg.local_sgd.optimizer_state == config::OptimizerState::kAverage) {
     int64_t params = 0;
     for (const auto& p : gpt->parameters()) params += p.numel();
-    n += params * (cfg.train.optimizer == config::OptimizerKind::kAdamw ? 2 : 1);
+    m.moment_values = params * (cfg.train.optimizer == config::OptimizerKind::kAdamw ? 2 : 1);
   }
-  return n;
+}
+
+// One whole-model exchange on the wire in `dtype`: a quantized exchange pads the tensors' values to
+// whole blocks of one fp32 scale each and sends averaged moments in fp32 (LocalSgd::average_moments).
+double exchange_bytes(const config::LocalSgdConfig& l, const StepAndLink& m, config::ExchangeDtype dtype) {
+  const auto wire = exchange_dtype(dtype);
+  const int64_t multiple = comm::elems_multiple(wire, l.quant_block);
+  const int64_t padded = (m.exchange_values + multiple - 1) / multiple * multiple;
+  const auto moments = comm::is_quantized(wire) ? comm::ExchangeDType::kF32 : wire;
+  return static_cast<double>(comm::wire_bytes(wire, padded, l.quant_block) +
+                             comm::wire_bytes(moments, m.moment_values, l.quant_block));
 }
 
 // The dtypes comm_dtype = auto weighs, most precise first. fp16 is left out: it carries bf16's bytes
@@ -114,7 +125,8 @@ bool is_auto_search(const config::LocalSgdConfig& l) {
 
 std::string row(const LocalStepsCandidate& k, bool chosen, bool with_exchange) {
   std::string out = fmt::format("\n  {}", chosen ? "->" : "  ");
-  if (with_exchange) out += fmt::format("{:>5} {:>2} {:>9.3f}", config::name_of(k.dtype), k.fragments, k.exchange_bytes / 1e6);
+  if (with_exchange)
+    out += fmt::format("{:>5} {:>2} {:>9.3f}", config::name_of(k.dtype), k.fragments, k.exchange_bytes / 1e6);
   return out + fmt::format("{:>4} {:>9.4f} {:>9.4f} {:>11.4f}", k.steps, k.step_s, k.relative_steps, k.cost);
 }
 
@@ -154,11 +166,7 @@ LocalStepsChoice choose_local_steps(const config::LocalSgdConfig& l, const StepA
   LocalStepsChoice out;
   double chosen_cost = std::numeric_limits<double>::infinity();
   for (const auto dtype : dtype_candidates(l)) {
-    // A quantized exchange pads the values to whole blocks of one scale each.
-    const auto wire = exchange_dtype(dtype);
-    const int64_t multiple = comm::elems_multiple(wire, l.quant_block);
-    const int64_t padded = (m.exchange_values + multiple - 1) / multiple * multiple;
-    const double bytes = static_cast<double>(comm::wire_bytes(wire, padded, l.quant_block));
+    const double bytes = exchange_bytes(l, m, dtype);
     for (const int64_t fragments : fragment_candidates(l, max_fragments)) {
       config::LocalSgdConfig fixed = l;
       fixed.fragments = fragments;
@@ -209,13 +217,14 @@ StepAndLink measure_step_and_link(model::Gpt& gpt, comm::Communicator& comm, con
   comm.barrier();  // every rank computes at once, as in training (ranks may share cores)
   m.compute_s = comm.allreduce_max(time_compute(gpt, cfg, device, /*repeats=*/2));
   const auto& l = cfg.local_sgd;
-  m.exchange_values = exchanged_values(gpt, cfg);
+  count_exchanged_values(gpt, cfg, m);
   if (comm.size() < 2) return m;
   // Two sizes give latency and rate: 64 KiB and one fp32 fragment, within 256 KiB..1 MiB so that a
   // 20 Mbit/s link spends about two seconds on the probe.
   const int64_t small = 16 * 1024;  // values
   const int64_t fragments = std::max<int64_t>(1, l.fragments);  // auto: sized for one fragment
-  const int64_t large = std::clamp<int64_t>(m.exchange_values / fragments, 4 * small, 16 * small);
+  const int64_t large =
+      std::clamp<int64_t>((m.exchange_values + m.moment_values) / fragments, 4 * small, 16 * small);
   const double t_small = time_allreduce(comm, small, 2);
   const double t_large = time_allreduce(comm, large, 1);
   const double per_byte = std::max(1e-12, (t_large - t_small) / static_cast<double>(4 * (large - small)));
@@ -255,9 +264,10 @@ void resolve_local_steps(config::Config& cfg, model::Gpt& gpt, comm::Communicato
   l.comm_dtype = c.dtype;
   if (comm.rank() != 0) return;
   HT_INFO("local_sgd.steps = auto: compute step {:.3f} s; link: {:.1f} MB/s, latency {:.2f} ms (fp32 all-reduce of "
-          "two sizes over {} ranks; measured in {:.1f} s); an exchange carries {} values ({}{}); assumed steps to a "
+          "two sizes over {} ranks; measured in {:.1f} s); an exchange carries {} values{} ({}{}); assumed steps to a "
           "loss 1 + {} x log2 N{}",
-          m.compute_s, m.bytes_per_s / 1e6, m.latency_s * 1e3, comm.size(), probe.seconds(), m.exchange_values, asked,
+          m.compute_s, m.bytes_per_s / 1e6, m.latency_s * 1e3, comm.size(), probe.seconds(), m.exchange_values,
+          m.moment_values > 0 ? fmt::format(" and {} optimizer moments", m.moment_values) : "", asked,
           l.overlap_steps > 0 ? fmt::format(", overlap {} steps", l.overlap_steps) : "", l.auto_step_penalty,
           search ? fmt::format("; the same steps for every dtype and F; a coarser dtype or more fragments only when "
                                ">= {:.0f} % faster",

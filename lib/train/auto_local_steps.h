@@ -34,7 +34,8 @@ struct StepAndLink {
   double compute_s = 0.0;        // one optimizer step without communication (the slowest rank)
   double latency_s = 0.0;        // all-reduce time = latency_s + bytes / bytes_per_s
   double bytes_per_s = 0.0;      // 0: no link (one rank)
-  int64_t exchange_values = 0;   // values one whole-model exchange carries per rank
+  int64_t exchange_values = 0;   // values of the synchronised tensors one exchange carries per rank
+  int64_t moment_values = 0;     // and of the optimizer moments (local_sgd.optimizer_state = average)
 };
 
 struct LocalStepsCandidate {

@@ -99,6 +99,13 @@ TEST(AutoLocalSteps, DtypeAutoChargesWireBytesAndKeepsPrecisionOnNearTies) {
   c = choose_local_steps(l, fast, 0);
   EXPECT_EQ(c.dtype, ht::config::ExchangeDtype::kFp32);
   EXPECT_EQ(c.steps, 1);
+  // Averaged optimizer moments (optimizer_state = average) go in fp32 beside quantized tensors, in the
+  // exchange dtype otherwise.
+  StepAndLink with_moments = slow;
+  with_moments.moment_values = 1000;
+  c = choose_local_steps(l, with_moments, 0);
+  EXPECT_DOUBLE_EQ(c.candidates[7].exchange_bytes, 5e5 + 2000);                   // bf16
+  EXPECT_DOUBLE_EQ(c.candidates[14].exchange_bytes, 250048.0 + 3907 * 4 + 4000);  // int8 + fp32 moments
   l.quant_block = 63;  // int4 packs two values per byte: an odd block leaves it out
   c = choose_local_steps(l, slow, 0);
   EXPECT_EQ(c.dtype, ht::config::ExchangeDtype::kInt8);

@@ -119,11 +119,13 @@ def bytes_per_value(dtype, block=64):
 
 
 def variant_of(sets):
-    """(N, F, tau, dtype, hierarchical) from a list of hpctrain --set overrides (N None: steps = auto)."""
+    """(N, F, tau, dtype, hierarchical) from a list of hpctrain --set overrides (N None: steps = auto, which
+    also covers fragments and comm_dtype = auto: the choice is in the run's log and config.toml)."""
     kv = dict(x.split("=", 1) for x in sets if "=" in x)
     lsgd = kv.get("local_sgd.enabled") == "true"
     steps = kv.get("local_sgd.steps", "8")
-    return ((None if steps == "auto" else int(steps)) if lsgd else 1, int(kv.get("local_sgd.fragments", 1)),
+    fragments = kv.get("local_sgd.fragments", "1")
+    return ((None if steps == "auto" else int(steps)) if lsgd else 1, None if fragments == "auto" else int(fragments),
             int(kv.get("local_sgd.overlap_steps", 0)), kv.get("local_sgd.comm_dtype", "fp32") if lsgd else "fp32",
             "local_sgd.group_size" in kv)
 

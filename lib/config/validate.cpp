@@ -98,7 +98,8 @@ void check_data_parallel(const Config& c) {
   // fragments and comm_dtype = auto are chosen together with N, by the same measurement.
   const bool auto_dtype = l.comm_dtype == ExchangeDtype::kAuto;
   using Flag = std::pair<const char*, bool>;
-  for (const auto& [key, is_auto] : {Flag{"local_sgd.fragments", auto_fragments}, Flag{"local_sgd.comm_dtype", auto_dtype}}) {
+  for (const auto& [key, is_auto] :
+       {Flag{"local_sgd.fragments", auto_fragments}, Flag{"local_sgd.comm_dtype", auto_dtype}}) {
     if (!is_auto) continue;
     if (!l.enabled || l.steps != LocalSgdConfig::kAutoSteps)
       bad(key, "auto is chosen together with N: it needs local_sgd.enabled = true and local_sgd.steps = auto");

@@ -119,6 +119,11 @@ std::vector<int64_t> fragment_candidates(const config::LocalSgdConfig& l, int64_
   return out;
 }
 
+// local_sgd.fragments as the user wrote it, for the messages.
+std::string fragments_text(const config::LocalSgdConfig& l) {
+  return l.fragments == config::LocalSgdConfig::kAutoFragments ? std::string("auto") : std::to_string(l.fragments);
+}
+
 bool is_auto_search(const config::LocalSgdConfig& l) {
   return l.fragments == config::LocalSgdConfig::kAutoFragments || l.comm_dtype == config::ExchangeDtype::kAuto;
 }
@@ -204,9 +209,7 @@ LocalStepsChoice choose_local_steps(const config::LocalSgdConfig& l, const StepA
   HT_REQUIRE(!out.candidates.empty(), ExitCode::kUsage,
              "config key 'local_sgd.steps': auto found no N in 1..{} (powers of 2) that fits local_sgd.fragments = {} "
              "and local_sgd.overlap_steps = {}{}; set local_sgd.steps explicitly",
-             config::LocalSgdConfig::kLargestAutoSteps,
-             l.fragments == config::LocalSgdConfig::kAutoFragments ? std::string("auto") : std::to_string(l.fragments),
-             l.overlap_steps,
+             config::LocalSgdConfig::kLargestAutoSteps, fragments_text(l), l.overlap_steps,
              total_steps > 0 ? fmt::format(" with {} exchanges in {} steps", kMinExchangesPerRun, total_steps) : "");
   return out;
 }
@@ -255,10 +258,7 @@ void resolve_local_steps(config::Config& cfg, model::Gpt& gpt, comm::Communicato
   Stopwatch probe;
   const StepAndLink m = measure_step_and_link(gpt, comm, cfg, device);
   const LocalStepsChoice c = choose_local_steps(l, m, total_steps, gpt->options().n_layer);
-  const std::string asked =
-      fmt::format("fragments {}, comm_dtype {}",
-                  l.fragments == config::LocalSgdConfig::kAutoFragments ? std::string("auto") : std::to_string(l.fragments),
-                  config::name_of(l.comm_dtype));
+  const std::string asked = fmt::format("fragments {}, comm_dtype {}", fragments_text(l), config::name_of(l.comm_dtype));
   l.steps = c.steps;
   l.fragments = c.fragments;
   l.comm_dtype = c.dtype;

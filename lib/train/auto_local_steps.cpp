@@ -4,10 +4,13 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "comm/exchange.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/median.h"
 #include "core/timer.h"
 #include "train/data_parallel/data_parallel.h"
 #include "train/data_parallel/sync.h"
@@ -42,26 +45,32 @@ data::Batch synthetic_batch(const config::Config& cfg, const model::Gpt& gpt) {
   return b;
 }
 
-// The seconds of one step's forward and backward passes (grad_accum micro-batches), the best of
-// `repeats` after one untimed pass. Gradients are dropped after each pass and the RNG streams that
-// dropout draws from are restored, so training starts exactly as it would have.
-double time_compute(model::Gpt& gpt, const config::Config& cfg, const torch::Device& device, int repeats) {
+// The seconds of one step's forward and backward passes (grad_accum micro-batches) as a
+// synchronising step sees them: from all ranks starting together until the slowest has finished,
+// the median of `repeats` after one untimed pass. Ranks that share cores slow each other down and
+// take turns being the straggler, so a best-of or per-rank time catches a rank running alone and
+// predicts a step faster than training gets. Gradients are dropped after each pass and the RNG
+// streams that dropout draws from are restored, so training starts exactly as it would have.
+double time_compute(model::Gpt& gpt, const config::Config& cfg, comm::Communicator& comm, const torch::Device& device,
+                    int repeats) {
   auto generator = at::globalContext().defaultGenerator(device);
   const auto rng_state = generator.get_state();
   const auto batch = synthetic_batch(cfg, gpt);
-  double best = std::numeric_limits<double>::infinity();
+  std::vector<double> timed;
   for (int r = 0; r <= repeats; ++r) {
+    comm.barrier();
     Stopwatch sw;
     for (int64_t m = 0; m < cfg.train.grad_accum_steps; ++m) {
       auto loss = micro_batch_loss(gpt, batch, device, cfg.train.autocast);
       (loss / static_cast<double>(cfg.train.grad_accum_steps)).backward();
     }
     wait_for(device);
-    if (r > 0) best = std::min(best, sw.seconds());
+    comm.barrier();
+    if (r > 0) timed.push_back(sw.seconds());
     for (auto& p : gpt->parameters()) p.mutable_grad().reset();
   }
   generator.set_state(rng_state);
-  return best;
+  return median(std::move(timed));
 }
 
 // The best of `repeats` timed fp32 all-reduces of n values in host memory (after one untimed), the
@@ -217,8 +226,8 @@ LocalStepsChoice choose_local_steps(const config::LocalSgdConfig& l, const StepA
 StepAndLink measure_step_and_link(model::Gpt& gpt, comm::Communicator& comm, const config::Config& cfg,
                                   const torch::Device& device) {
   StepAndLink m;
-  comm.barrier();  // every rank computes at once, as in training (ranks may share cores)
-  m.compute_s = comm.allreduce_max(time_compute(gpt, cfg, device, /*repeats=*/2));
+  // One figure on every rank (the largest), so that every rank makes the same choice.
+  m.compute_s = comm.allreduce_max(time_compute(gpt, cfg, comm, device, /*repeats=*/4));
   const auto& l = cfg.local_sgd;
   count_exchanged_values(gpt, cfg, m);
   if (comm.size() < 2) return m;

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/median.h"
 
 namespace ht::train {
 
@@ -114,10 +115,9 @@ PhaseStats gather_phase_stats(PhaseClock& clock, comm::Communicator& comm) {
   for (size_t i = 0; i < static_cast<size_t>(kNumPhases); ++i) {
     std::vector<double> v;
     for (int rank = 0; rank < comm.size(); ++rank) v.push_back(all[static_cast<size_t>(rank) * kNumPhases + i]);
-    std::sort(v.begin(), v.end());
-    out.min[i] = v.front();
-    out.max[i] = v.back();
-    out.median[i] = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+    out.min[i] = *std::min_element(v.begin(), v.end());
+    out.max[i] = *std::max_element(v.begin(), v.end());
+    out.median[i] = median(v);
   }
   return out;
 }

@@ -72,6 +72,12 @@ ParamAverager::ParamAverager(Communicator& comm, const std::vector<torch::Tensor
     numels_.push_back(t.numel());
     total_numel_ += t.numel();
   }
+  // An encoded exchange's collectives go on a communicator of its own: test_mean() starts the
+  // allgather half whenever the reduce-scatter half has landed, which differs between ranks, and
+  // MPI matches the collectives of one communicator in the order each rank starts them; on its own
+  // communicator the averager's collectives are always started in its bucket order.
+  if (opts_.dtype != ExchangeDType::kF32 && comm_.size() > 1) own_comm_ = comm_.split(0, comm_.rank());
+  coll_ = own_comm_ ? own_comm_.get() : &comm_;
   const int64_t world = comm_.size();
   // Encoded exchanges split every bucket into W chunks of whole quantization blocks.
   const int64_t unit = world * elems_multiple(opts_.dtype, opts_.quant_block) * std::max<int64_t>(1, opts_.pad_multiple);
@@ -292,10 +298,12 @@ void ParamAverager::copy_from_wire(bool scale, int64_t* bit_sum) {
   if (bit_sum != nullptr) *bit_sum = raw_bit_sum(flat_);
 }
 
-// The reduce-scatter half of an encoded bucket is in recv_: chunk j came from rank j. Decode the
+// The reduce-scatter half of encoded bucket i is in recv_: chunk j came from rank j. Decode the
 // rows, sum them in fp32 in rank order, scale, encode the mean once into this rank's chunk, then
-// allgather the chunks. Every rank decodes the same bytes afterwards: the replicas agree bitwise.
-void ParamAverager::finish_coded_bucket(const Bucket& b) {
+// allgather the chunks (blocking, or started and kept in gathers_[i]). Every rank decodes the same
+// bytes afterwards: the replicas agree bitwise.
+void ParamAverager::finish_coded_bucket(size_t i, bool blocking) {
+  const Bucket& b = buckets_[i];
   const int64_t world = comm_.size(), per = b.count / world;
   auto rows = rows_.narrow(1, 0, per);
   for (int64_t j = 0; j < world; ++j)
@@ -305,13 +313,23 @@ void ParamAverager::finish_coded_bucket(const Bucket& b) {
   encode(mean, opts_.dtype, opts_.quant_block, wire_slice(wire_, mine, per));
   sync_if_cuda(wire_);
   const auto chunk = wire_slice(wire_, mine, per);
-  comm_.allgather(chunk.data_ptr(), wire_slice(wire_, b.begin, b.count).data_ptr(), static_cast<size_t>(chunk.numel()));
+  void* all = wire_slice(wire_, b.begin, b.count).data_ptr();
+  const auto bytes = static_cast<size_t>(chunk.numel());
+  if (blocking)
+    coll_->allgather(chunk.data_ptr(), all, bytes);
+  else
+    gathers_[i] = coll_->iallgather(chunk.data_ptr(), all, bytes);
 }
 
 void ParamAverager::launch(bool blocking) {
   copy_to_wire();
   const bool f32 = opts_.dtype == ExchangeDType::kF32;
-  for (const auto& b : buckets_) {
+  if (!blocking && !f32) {
+    gathers_.clear();
+    gathers_.resize(buckets_.size());
+  }
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    const Bucket& b = buckets_[i];
     if (f32) {
       void* p = static_cast<float*>(wire_.data_ptr()) + b.begin;
       if (blocking)
@@ -325,10 +343,10 @@ void ParamAverager::launch(bool blocking) {
     void* send = wire_slice(wire_, b.begin, b.count).data_ptr();
     void* recv = wire_slice(recv_, b.begin, b.count).data_ptr();
     if (blocking) {
-      comm_.alltoall(send, recv, chunk_bytes);
-      finish_coded_bucket(b);
+      coll_->alltoall(send, recv, chunk_bytes);
+      finish_coded_bucket(i, /*blocking=*/true);
     } else {
-      requests_.push_back(comm_.ialltoall(send, recv, chunk_bytes));
+      requests_.push_back(coll_->ialltoall(send, recv, chunk_bytes));
     }
   }
 }
@@ -345,20 +363,50 @@ void ParamAverager::start_mean() {
   if (requests_.empty()) requests_.push_back(nullptr);  // keep pending() true until wait_mean()
 }
 
+// An encoded bucket has two halves: when its reduce-scatter has landed, the allgather of the mean
+// starts here, so an exchange that is tested while training goes on (LocalSgd's backward hooks)
+// runs both halves in the background instead of leaving the second to wait_mean().
 bool ParamAverager::test_mean() {
-  bool done = true;
-  for (auto& r : requests_)
-    if (r) done = r->test() && done;
+  if (opts_.dtype == ExchangeDType::kF32 || gathers_.empty()) {
+    bool done = true;
+    for (auto& r : requests_)
+      if (r) done = r->test() && done;
+    return done;
+  }
+  // Allgathers start in bucket order on every rank: none after a bucket whose first half is still out.
+  bool done = true, in_order = true;
+  for (size_t i = 0; i < gathers_.size(); ++i) {
+    if (!gathers_[i]) {
+      if (!in_order || !requests_[i]->test()) {
+        done = in_order = false;
+        continue;
+      }
+      finish_coded_bucket(i, /*blocking=*/false);
+      ++gathers_started_by_test_;
+    }
+    done = gathers_[i]->test() && done;
+  }
   return done;
 }
 
 void ParamAverager::wait_mean(int64_t* bit_sum) {
   HT_REQUIRE(pending(), ExitCode::kRuntime, "ParamAverager({}): wait_mean without start_mean", opts_.name);
-  for (auto& r : requests_)
-    if (r) r->wait();
+  if (opts_.dtype == ExchangeDType::kF32 || gathers_.empty()) {
+    for (auto& r : requests_)
+      if (r) r->wait();
+  } else {
+    // Non-blocking like those test_mean() may have started on other ranks: MPI does not match a
+    // blocking collective with a non-blocking one.
+    for (size_t i = 0; i < gathers_.size(); ++i) {
+      if (!gathers_[i]) {
+        requests_[i]->wait();
+        finish_coded_bucket(i, /*blocking=*/false);
+      }
+      gathers_[i]->wait();
+    }
+  }
   requests_.clear();
-  if (opts_.dtype != ExchangeDType::kF32)
-    for (const auto& b : buckets_) finish_coded_bucket(b);
+  gathers_.clear();
   copy_from_wire(true, bit_sum);
 }
 

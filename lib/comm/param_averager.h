@@ -78,12 +78,16 @@ class ParamAverager {
   // (fp32 on the host) instead of a second read of the buffer.
   void allreduce_mean(int64_t* bit_sum = nullptr);
   void start_mean();      // begins flat() := mean; flat() must not be touched until wait_mean()
-  bool test_mean();       // drives progress of a started mean; true when the exchange is done
+  // Drives progress of a started mean (for an encoded exchange: starts its allgather half once the
+  // reduce-scatter half has landed); true when the exchange is done.
+  bool test_mean();
   void wait_mean(int64_t* bit_sum = nullptr);  // bit_sum: as for allreduce_mean
   bool pending() const { return !requests_.empty(); }
 
   // Times the staging buffer carried an exchange (telemetry: proves the staged path ran).
   int64_t staged_transfers() const { return staged_transfers_; }
+  // Encoded buckets whose allgather half test_mean() started (telemetry: proves the background path ran).
+  int64_t gathers_started_by_test() const { return gathers_started_by_test_; }
   // Narrow flat-buffer slice of tensor i (a view).
   torch::Tensor slice(const torch::Tensor& buf, size_t i) const;
   int64_t numel() const { return total_numel_; }
@@ -97,11 +101,13 @@ class ParamAverager {
   void copy_from_wire(bool scale, int64_t* bit_sum = nullptr);
   double pending_scale() const;
   void launch(bool blocking);
-  void finish_coded_bucket(const Bucket& b);
+  void finish_coded_bucket(size_t i, bool blocking);
   // The wire bytes of the elements [begin, begin + count) (begin and count multiples of the chunk unit).
   torch::Tensor wire_slice(const torch::Tensor& wire, int64_t begin, int64_t count) const;
 
   Communicator& comm_;
+  std::unique_ptr<Communicator> own_comm_;  // encoded exchanges across ranks: their collectives' own
+  Communicator* coll_ = nullptr;            // where the exchange's collectives go: own_comm_ or comm_
   AveragerOptions opts_;
   std::vector<int64_t> numels_, offsets_;
   int64_t total_numel_ = 0, padded_numel_ = 0;
@@ -112,8 +118,12 @@ class ParamAverager {
   torch::Tensor recv_;   // encoded exchanges only: alltoall receive buffer (same shape as wire_)
   torch::Tensor rows_;   // encoded exchanges only: the decoded [W, chunk] rows of one bucket (fp32, device)
   std::vector<Bucket> buckets_;
-  std::vector<std::unique_ptr<Request>> requests_;
+  std::vector<std::unique_ptr<Request>> requests_;  // one per bucket once started (fp32: the all-reduce;
+                                                   // encoded: the reduce-scatter half)
+  std::vector<std::unique_ptr<Request>> gathers_;  // encoded, started without blocking: bucket i's allgather
+                                                   // half once test_mean() has started it
   int64_t staged_transfers_ = 0;
+  int64_t gathers_started_by_test_ = 0;
 };
 
 // 64-bit checksum of the tensors' bits: per tensor the int64 sum of its raw bit patterns and its

@@ -165,6 +165,27 @@ TEST(CommAverager, NonBlockingMeanEqualsBlockingMean) {
   }
 }
 
+// An encoded exchange tested until done runs both halves from test_mean(): every bucket's allgather
+// is started there (not left to wait_mean), and the mean is the blocking one's bits.
+TEST(CommAverager, TestedEncodedMeanStartsItsAllgatherAndEqualsBlockingMean) {
+  auto comm = ht::comm::make_mpi_world();
+  for (auto dt : {ExchangeDType::kBF16, ExchangeDType::kI8, ExchangeDType::kI4}) {
+    const ht::comm::AveragerOptions opts{dt, 1, false, "tested"};  // 1 MB buckets: several of them
+    auto t = values_for(comm->rank(), 60000);
+    ParamAverager avg(*comm, t, opts);
+    ASSERT_GT(avg.num_buckets(), 1u);
+    avg.pack(t);
+    avg.start_mean();
+    while (!avg.test_mean()) {
+    }
+    EXPECT_EQ(avg.gathers_started_by_test(), static_cast<int64_t>(avg.num_buckets())) << ht::comm::to_string(dt);
+    avg.wait_mean();
+    EXPECT_FALSE(avg.pending());
+    avg.unpack(t);
+    EXPECT_TRUE(bitwise_equal(averaged(*comm, {dt, 1, false, "b"}, 60000), t)) << ht::comm::to_string(dt);
+  }
+}
+
 // The bit sum a mean hands back (fused into the 1/W pass for fp32, a separate read for encoded
 // exchanges, blocking and not, direct and staged) is the checksum of the mean it left in flat(),
 // and that mean is the same bits as without the sum.

@@ -365,6 +365,31 @@ TEST(LocalSgd, OverlapAppliesDeltaCorrectedAverage) {
   expect_replicas_bitwise_equal(*comm, rep.params());
 }
 
+// With overlap, the exchange in flight is driven from gradient hooks during the next backward
+// (an int8 exchange: its allgather half can start there); without overlap no hook is installed.
+// The values are those of the exchange completed at the merge step either way (tested above).
+TEST(LocalSgd, OverlappedExchangeIsDrivenFromBackwardHooks) {
+  auto comm = ht::comm::make_mpi_world();
+  for (int64_t overlap : {0, 1}) {
+    Replica rep(comm->rank());
+    auto cfg = local(4);
+    cfg.overlap_steps = overlap;
+    cfg.comm_dtype = ht::config::ExchangeDtype::kInt8;
+    cfg.quant_block = 16;
+    auto dp = rep.strategy(*comm, cfg);
+    auto& lsgd = as_local(*dp);
+    for (int s = 0; s < 4; ++s) rep.train_step(lsgd, comm->rank(), s);  // step 4 starts the exchange
+    EXPECT_EQ(lsgd.backward_progress_calls(), 0) << "nothing was in flight before step 5";
+    rep.train_step(lsgd, comm->rank(), 4);  // its backward runs with the exchange in flight
+    if (overlap == 0)
+      EXPECT_EQ(lsgd.backward_progress_calls(), 0);
+    else
+      EXPECT_GE(lsgd.backward_progress_calls(), static_cast<int64_t>(rep.params().size()));
+    lsgd.finish();
+    expect_replicas_bitwise_equal(*comm, rep.params());
+  }
+}
+
 TEST(LocalSgd, AveragedOptimizerMomentsAgreeAcrossRanks) {
   auto comm = ht::comm::make_mpi_world();
   Replica rep(comm->rank(), 2);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <exception>
+#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -84,9 +85,32 @@ LocalSgd::LocalSgd(torch::nn::Module& model, comm::Communicator& comm, const con
     frag.start = (f + 1) * cfg_.steps / F;
     fragments_.push_back(std::move(frag));
   }
+  // An exchange in flight moves only while someone calls into MPI: without these points a
+  // multi-round collective (a ring's later rounds, an encoded exchange's allgather half) would
+  // wait for the step it is merged at. A gradient hook per parameter tests it during backward.
+  if (cfg_.overlap_steps > 0) {
+    owner_ = std::this_thread::get_id();
+    for (auto& p : model.parameters()) {
+      if (!p.requires_grad()) continue;
+      const unsigned h = p.register_hook([this](const torch::Tensor&) { progress_from_backward(); });
+      progress_hooks_.emplace_back(p, h);
+    }
+  }
+}
+
+void LocalSgd::progress_from_backward() {
+  // Only the thread that owns MPI may call it (MPI_THREAD_FUNNELED): a CUDA backward's device
+  // threads leave the exchange to the step boundaries.
+  if (std::this_thread::get_id() != owner_) return;
+  for (auto& f : fragments_) {
+    if (!f.exchange->pending()) continue;
+    f.exchange->progress();
+    ++backward_progress_calls_;
+  }
 }
 
 LocalSgd::~LocalSgd() {
+  for (auto& [p, h] : progress_hooks_) p.remove_hook(h);
   if (std::uncaught_exceptions() > 0) {
     // Unwinding from an error: other ranks may not reach a collective, so do not start one.
     if (!finished_) HT_WARN("local_sgd: final average skipped while unwinding from an error");

@@ -18,6 +18,8 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "comm/param_averager.h"
@@ -72,6 +74,9 @@ class LocalSgd final : public DataParallel {
     return {fragments_.at(f).exchange->begin_offset(), fragments_.at(f).exchange->end_offset()};
   }
   int64_t fragment_step(size_t f) const { return fragments_.at(f).start; }
+  // Times a gradient hook drove an exchange in flight during backward (overlap_steps >= 1;
+  // telemetry: proves the background path ran).
+  int64_t backward_progress_calls() const { return backward_progress_calls_; }
   // Collective diagnostic: sqrt(sum over replicas |p - mean|^2 / replicas) of the current
   // parameters, with one extra average. Changes nothing; not counted in stats().
   double measure_drift();
@@ -88,6 +93,7 @@ class LocalSgd final : public DataParallel {
   bool per_step_active() const { return hierarchical() || in_warmup(); }
   bool hierarchical() const { return group_->size() > 1; }
   void begin(Fragment& f, bool blocking);
+  void progress_from_backward();
   void complete(Fragment& f);
   void after_exchange(const Fragment& f, double seconds);
   void record_round();
@@ -111,6 +117,9 @@ class LocalSgd final : public DataParallel {
   uint64_t round_bytes_ = 0;
   SyncStats stats_;
   mutable SyncStats merged_;
+  std::vector<std::pair<torch::Tensor, unsigned>> progress_hooks_;  // (parameter, hook) to remove
+  std::thread::id owner_;  // the thread that owns MPI
+  int64_t backward_progress_calls_ = 0;
 };
 
 // Local SGD as the config asks: the groups, the inner strategies, the fragments.

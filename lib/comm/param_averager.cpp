@@ -72,12 +72,6 @@ ParamAverager::ParamAverager(Communicator& comm, const std::vector<torch::Tensor
     numels_.push_back(t.numel());
     total_numel_ += t.numel();
   }
-  // An encoded exchange's collectives go on a communicator of its own: test_mean() starts the
-  // allgather half whenever the reduce-scatter half has landed, which differs between ranks, and
-  // MPI matches the collectives of one communicator in the order each rank starts them; on its own
-  // communicator the averager's collectives are always started in its bucket order.
-  if (opts_.dtype != ExchangeDType::kF32 && comm_.size() > 1) own_comm_ = comm_.split(0, comm_.rank());
-  coll_ = own_comm_ ? own_comm_.get() : &comm_;
   const int64_t world = comm_.size();
   // Encoded exchanges split every bucket into W chunks of whole quantization blocks.
   const int64_t unit = world * elems_multiple(opts_.dtype, opts_.quant_block) * std::max<int64_t>(1, opts_.pad_multiple);
@@ -359,6 +353,15 @@ void ParamAverager::allreduce_mean(int64_t* bit_sum) {
 
 void ParamAverager::start_mean() {
   HT_REQUIRE(!pending(), ExitCode::kRuntime, "ParamAverager({}): exchange already pending", opts_.name);
+  // A non-blocking encoded exchange's collectives go on a communicator of its own (made at its first
+  // start, which every rank reaches in the same order): test_mean() starts the allgather half
+  // whenever the reduce-scatter half has landed, which differs between ranks, and MPI matches one
+  // communicator's collectives in the order each rank starts them; on its own communicator the
+  // averager's collectives always start in its bucket order. Blocking-only averagers need none.
+  if (!own_comm_ && opts_.dtype != ExchangeDType::kF32 && comm_.size() > 1) {
+    own_comm_ = comm_.split(0, comm_.rank());
+    coll_ = own_comm_.get();
+  }
   launch(false);
   if (requests_.empty()) requests_.push_back(nullptr);  // keep pending() true until wait_mean()
 }
@@ -367,7 +370,7 @@ void ParamAverager::start_mean() {
 // starts here, so an exchange that is tested while training goes on (LocalSgd's backward hooks)
 // runs both halves in the background instead of leaving the second to wait_mean().
 bool ParamAverager::test_mean() {
-  if (opts_.dtype == ExchangeDType::kF32 || gathers_.empty()) {
+  if (gathers_.empty()) {  // fp32 (or no buckets): the started requests are the whole exchange
     bool done = true;
     for (auto& r : requests_)
       if (r) done = r->test() && done;
@@ -391,7 +394,7 @@ bool ParamAverager::test_mean() {
 
 void ParamAverager::wait_mean(int64_t* bit_sum) {
   HT_REQUIRE(pending(), ExitCode::kRuntime, "ParamAverager({}): wait_mean without start_mean", opts_.name);
-  if (opts_.dtype == ExchangeDType::kF32 || gathers_.empty()) {
+  if (gathers_.empty()) {
     for (auto& r : requests_)
       if (r) r->wait();
   } else {

@@ -106,8 +106,8 @@ class ParamAverager {
   torch::Tensor wire_slice(const torch::Tensor& wire, int64_t begin, int64_t count) const;
 
   Communicator& comm_;
-  std::unique_ptr<Communicator> own_comm_;  // encoded exchanges across ranks: their collectives' own
-  Communicator* coll_ = nullptr;            // where the exchange's collectives go: own_comm_ or comm_
+  std::unique_ptr<Communicator> own_comm_;  // non-blocking encoded exchanges: their collectives' own (start_mean)
+  Communicator* coll_ = &comm_;             // where the exchange's collectives go: own_comm_ once made, else comm_
   AveragerOptions opts_;
   std::vector<int64_t> numels_, offsets_;
   int64_t total_numel_ = 0, padded_numel_ = 0;

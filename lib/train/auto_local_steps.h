@@ -31,7 +31,7 @@
 namespace ht::train {
 
 struct StepAndLink {
-  double compute_s = 0.0;        // one optimizer step without communication (the slowest rank)
+  double compute_s = 0.0;        // one step's forward + backward, all ranks together until the slowest ends
   double latency_s = 0.0;        // all-reduce time = latency_s + bytes / bytes_per_s
   double bytes_per_s = 0.0;      // 0: no link (one rank)
   int64_t exchange_values = 0;   // values of the synchronised tensors one exchange carries per rank

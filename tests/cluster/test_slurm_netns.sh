@@ -13,8 +13,20 @@ nodes=$(timeout 10 sinfo -h -N -o %N | sort | tr '\n' ' ')
 [ "$nodes" = "node1 node2 " ] || fail "nodes are '$nodes', expected node1 node2"
 
 cd "$WORK" || exit 1
-out=$(timeout 120 srun --mpi=pmix --nodes=2 --ntasks-per-node=1 --time=2 "$probe" -n 3 3370000 2>&1) ||
-  { echo "$out"; fail "srun of the probe failed"; }
+# --kill-on-bad-exit: a rank that dies ends the step at once (without it the other rank waits in the
+# all-reduce until the timeout).
+launch() { timeout 120 srun --mpi=pmix --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=1 --time=2 "$probe" -n 3 3370000 2>&1; }
+out=$(launch); rc=$?
+# Open MPI 4.1.4 (Debian 12) can crash inside MPI_Init when a peer's first message arrives before the
+# receiver registered its handler (docs/reliability.md, "The slurm.multinode failure"; upstream
+# open-mpi/ompi#12495). That signature alone (a segfault, no line from the probe yet) gets one more
+# launch, said out loud; any other failure, or the same crash twice, fails the test.
+if [ $rc -ne 0 ] && grep -q "Segmentation fault" <<<"$out" && ! grep -q "^probe" <<<"$out"; then
+  echo "$out"
+  say "a rank crashed inside MPI_Init before the probe printed anything (Open MPI 4.1.4 start-up race): launching once more"
+  out=$(launch); rc=$?
+fi
+[ $rc -eq 0 ] || { echo "$out"; fail "srun of the probe failed (exit $rc)"; }
 echo "$out" | grep '^probe'
 grep -q "^probe hosts: 0=node1 1=node2 (2 nodes)" <<<"$out" || fail "the ranks did not run on node1 and node2"
 echo "$out" | awk '/^probe bytes=/ {

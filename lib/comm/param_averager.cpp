@@ -100,9 +100,10 @@ ParamAverager::ParamAverager(Communicator& comm, const std::vector<torch::Tensor
     buckets_.push_back({b, std::min(bucket_elems, padded_numel_ - b)});
   if (!f32) rows_ = torch::empty({world, buckets_.front().count / world}, flat_.options());
 
-  HT_INFO("comm: averaging {} = {} tensors, {} elements, {:.2f} MiB per exchange in {}, {} bucket(s), {}",
-          opts_.name, like.size(), total_numel_, static_cast<double>(bytes_per_call()) / kMiB, to_string(opts_.dtype),
-          buckets_.size(), to_string(path_));
+  if (opts_.announce)
+    HT_INFO("comm: averaging {} = {} tensors, {} elements, {:.2f} MiB per exchange in {}, {} bucket(s), {}",
+            opts_.name, like.size(), total_numel_, static_cast<double>(bytes_per_call()) / kMiB,
+            to_string(opts_.dtype), buckets_.size(), to_string(path_));
 }
 
 ParamAverager::~ParamAverager() = default;

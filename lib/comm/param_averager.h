@@ -31,6 +31,7 @@ struct AveragerOptions {
   int64_t bucket_mb = 0;      // 0 = one bucket holding everything
   bool force_staging = false; // go through the host staging buffer even when not needed (tests)
   std::string name = "params";  // for log lines
+  bool announce = true;       // log the layout at construction (false: a probe that only times the exchange)
   int64_t quant_block = 64;   // int8/int4: values per fp32 scale
   int64_t pad_multiple = 1;   // the flat buffer's length is also a multiple of this (fragments x group slices)
 };

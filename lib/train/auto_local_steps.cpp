@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm/exchange.h"
+#include "comm/param_averager.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/median.h"
@@ -73,18 +74,48 @@ double time_compute(model::Gpt& gpt, const config::Config& cfg, comm::Communicat
   return median(std::move(timed));
 }
 
-// The best of `repeats` timed fp32 all-reduces of n values in host memory (after one untimed), the
-// slowest rank's: the link's latency and rate, whatever path a device buffer would take to it.
-double time_allreduce(comm::Communicator& comm, int64_t n, int repeats) {
-  auto buf = torch::ones({n}, torch::kFloat);
+// The best of `repeats` timed means of n values through an averager exchanging in `dtype` (after one
+// untimed), the slowest rank's; *bytes: what one mean hands to the exchange. The values are bound to
+// the averager's buffer, as trained parameters are, so no pack or unpack copies are timed.
+double time_mean(comm::Communicator& comm, comm::ExchangeDType dtype, int64_t n, int64_t quant_block, int repeats,
+                 double* bytes) {
+  std::vector<torch::Tensor> values{torch::ones({n}, torch::kFloat)};
+  comm::AveragerOptions opts;
+  opts.dtype = dtype;
+  opts.quant_block = quant_block;
+  opts.name = "auto probe";
+  opts.announce = false;
+  comm::ParamAverager averager(comm, values, opts);
+  averager.bind(values);
+  *bytes = static_cast<double>(averager.bytes_per_call());
   double best = std::numeric_limits<double>::infinity();
   for (int r = 0; r <= repeats; ++r) {
     comm.barrier();
     Stopwatch sw;
-    comm.allreduce(buf.data_ptr(), static_cast<size_t>(n), comm::DType::kF32, comm::ReduceOp::kSum);
+    averager.average(values);
     if (r > 0) best = std::min(best, sw.seconds());
   }
   return comm.allreduce_max(best);
+}
+
+struct ExchangeFit {
+  double latency_s = 0.0;
+  double bytes_per_s = 0.0;
+};
+
+// Latency and rate of an exchange in `dtype`, from means of about small_bytes and large_bytes on the
+// wire: whatever path a device buffer would take to the link, the exchange's own collectives.
+ExchangeFit fit_exchange(comm::Communicator& comm, comm::ExchangeDType dtype, int64_t quant_block, double small_bytes,
+                         double large_bytes) {
+  constexpr int64_t kSample = int64_t{1} << 20;
+  const double bytes_per_value = static_cast<double>(comm::wire_bytes(dtype, kSample, quant_block)) / kSample;
+  double b_small = 0.0, b_large = 0.0;
+  const double t_small =
+      time_mean(comm, dtype, static_cast<int64_t>(small_bytes / bytes_per_value), quant_block, 2, &b_small);
+  const double t_large =
+      time_mean(comm, dtype, static_cast<int64_t>(large_bytes / bytes_per_value), quant_block, 1, &b_large);
+  const double per_byte = std::max(1e-12, (t_large - t_small) / std::max(1.0, b_large - b_small));
+  return {std::max(0.0, t_small - b_small * per_byte), 1.0 / per_byte};
 }
 
 // Values one exchange carries per rank: the synchronised tensors, and the optimizer moments when
@@ -100,15 +131,38 @@ void count_exchanged_values(model::Gpt& gpt, const config::Config& cfg, StepAndL
   }
 }
 
-// One whole-model exchange on the wire in `dtype`: a quantized exchange pads the tensors' values to
-// whole blocks of one fp32 scale each and sends averaged moments in fp32 (LocalSgd::average_moments).
-double exchange_bytes(const config::LocalSgdConfig& l, const StepAndLink& m, config::ExchangeDtype dtype) {
+// One whole-model exchange on the wire in `dtype`, by the collective that carries it: a quantized
+// exchange pads the tensors' values to whole blocks of one fp32 scale each and sends averaged moments
+// in fp32, i.e. by all-reduce (LocalSgd::average_moments); bf16 sends both encoded, fp32 both by all-reduce.
+struct WireBytes {
+  double encoded = 0.0;
+  double fp32 = 0.0;
+  double total() const { return encoded + fp32; }
+};
+WireBytes exchange_bytes(const config::LocalSgdConfig& l, const StepAndLink& m, config::ExchangeDtype dtype) {
   const auto wire = exchange_dtype(dtype);
   const int64_t multiple = comm::elems_multiple(wire, l.quant_block);
   const int64_t padded = (m.exchange_values + multiple - 1) / multiple * multiple;
   const auto moments = comm::is_quantized(wire) ? comm::ExchangeDType::kF32 : wire;
-  return static_cast<double>(comm::wire_bytes(wire, padded, l.quant_block) +
-                             comm::wire_bytes(moments, m.moment_values, l.quant_block));
+  const double tensors = static_cast<double>(comm::wire_bytes(wire, padded, l.quant_block));
+  const double moment = static_cast<double>(comm::wire_bytes(moments, m.moment_values, l.quant_block));
+  WireBytes out;
+  (wire == comm::ExchangeDType::kF32 ? out.fp32 : out.encoded) += tensors;
+  (moments == comm::ExchangeDType::kF32 ? out.fp32 : out.encoded) += moment;
+  return out;
+}
+
+// Seconds one fragment (1/F of the exchange) occupies the link: each collective its latency and rate;
+// an encoded exchange charged the fp32 figures where none was timed.
+double fragment_seconds(const StepAndLink& m, const WireBytes& bytes, double fragments) {
+  if (m.bytes_per_s <= 0) return 0.0;
+  const bool timed = m.encoded_bytes_per_s > 0;
+  double t = 0.0;
+  if (bytes.fp32 > 0) t += m.latency_s + bytes.fp32 / fragments / m.bytes_per_s;
+  if (bytes.encoded > 0)
+    t += (timed ? m.encoded_latency_s : m.latency_s) +
+         bytes.encoded / fragments / (timed ? m.encoded_bytes_per_s : m.bytes_per_s);
+  return t;
 }
 
 // The dtypes comm_dtype = auto weighs, most precise first. fp16 is left out: it carries bf16's bytes
@@ -180,12 +234,12 @@ LocalStepsChoice choose_local_steps(const config::LocalSgdConfig& l, const StepA
   LocalStepsChoice out;
   double chosen_cost = std::numeric_limits<double>::infinity();
   for (const auto dtype : dtype_candidates(l)) {
-    const double bytes = exchange_bytes(l, m, dtype);
+    const WireBytes bytes = exchange_bytes(l, m, dtype);
     for (const int64_t fragments : fragment_candidates(l, max_fragments)) {
       config::LocalSgdConfig fixed = l;
       fixed.fragments = fragments;
       const double F = static_cast<double>(fragments);
-      const double t_fragment = m.bytes_per_s > 0 ? m.latency_s + bytes / F / m.bytes_per_s : 0.0;
+      const double t_fragment = fragment_seconds(m, bytes, F);
       const double exposed = l.overlap_steps > 0
                                  ? std::max(0.0, t_fragment - static_cast<double>(l.overlap_steps) * m.compute_s)
                                  : t_fragment;
@@ -197,7 +251,7 @@ LocalStepsChoice choose_local_steps(const config::LocalSgdConfig& l, const StepA
         k.steps = n;
         k.fragments = fragments;
         k.dtype = dtype;
-        k.exchange_bytes = bytes;
+        k.exchange_bytes = bytes.total();
         k.step_s = m.compute_s + F * exposed / static_cast<double>(n);
         k.relative_steps = 1.0 + l.auto_step_penalty * std::log2(static_cast<double>(n));
         k.cost = k.step_s * k.relative_steps;
@@ -232,16 +286,26 @@ StepAndLink measure_step_and_link(model::Gpt& gpt, comm::Communicator& comm, con
   count_exchanged_values(gpt, cfg, m);
   if (comm.size() < 2) return m;
   // Two sizes give latency and rate: 64 KiB and one fp32 fragment, within 256 KiB..1 MiB so that a
-  // 20 Mbit/s link spends about two seconds on the probe.
+  // 20 Mbit/s link spends about two seconds on each timed dtype.
   const int64_t small = 16 * 1024;  // values
   const int64_t fragments = std::max<int64_t>(1, l.fragments);  // auto: sized for one fragment
   const int64_t large =
       std::clamp<int64_t>((m.exchange_values + m.moment_values) / fragments, 4 * small, 16 * small);
-  const double t_small = time_allreduce(comm, small, 2);
-  const double t_large = time_allreduce(comm, large, 1);
-  const double per_byte = std::max(1e-12, (t_large - t_small) / static_cast<double>(4 * (large - small)));
-  m.bytes_per_s = 1.0 / per_byte;
-  m.latency_s = std::max(0.0, t_small - 4.0 * static_cast<double>(small) * per_byte);
+  const double small_bytes = 4.0 * static_cast<double>(small), large_bytes = 4.0 * static_cast<double>(large);
+  const auto fp32 = fit_exchange(comm, comm::ExchangeDType::kF32, l.quant_block, small_bytes, large_bytes);
+  m.latency_s = fp32.latency_s;
+  m.bytes_per_s = fp32.bytes_per_s;
+  // The encoded collectives differ from fp32's but not between the encoded dtypes: the coarsest one
+  // weighed is timed (its encode/decode work per wire byte is the largest), at the same wire bytes.
+  const auto dtypes = dtype_candidates(l);
+  const auto coarsest = std::find_if(dtypes.rbegin(), dtypes.rend(),
+                                     [](config::ExchangeDtype d) { return d != config::ExchangeDtype::kFp32; });
+  if (coarsest != dtypes.rend()) {
+    const auto encoded = fit_exchange(comm, exchange_dtype(*coarsest), l.quant_block, small_bytes, large_bytes);
+    m.encoded_latency_s = encoded.latency_s;
+    m.encoded_bytes_per_s = encoded.bytes_per_s;
+    m.encoded_timed = *coarsest;
+  }
   return m;
 }
 
@@ -273,9 +337,14 @@ void resolve_local_steps(config::Config& cfg, model::Gpt& gpt, comm::Communicato
   l.comm_dtype = c.dtype;
   if (comm.rank() != 0) return;
   HT_INFO("local_sgd.steps = auto: compute step {:.3f} s; link: {:.1f} MB/s, latency {:.2f} ms (fp32 all-reduce of "
-          "two sizes over {} ranks; measured in {:.1f} s); an exchange carries {} values{} ({}{}); assumed steps to a "
+          "two sizes over {} ranks){}; measured in {:.1f} s; an exchange carries {} values{} ({}{}); assumed steps to a "
           "loss 1 + {} x log2 N{}",
-          m.compute_s, m.bytes_per_s / 1e6, m.latency_s * 1e3, comm.size(), probe.seconds(), m.exchange_values,
+          m.compute_s, m.bytes_per_s / 1e6, m.latency_s * 1e3, comm.size(),
+          m.encoded_bytes_per_s > 0
+              ? fmt::format(", {:.1f} MB/s, latency {:.2f} ms encoded ({} alltoall + allgather of two sizes)",
+                            m.encoded_bytes_per_s / 1e6, m.encoded_latency_s * 1e3, config::name_of(m.encoded_timed))
+              : "",
+          probe.seconds(), m.exchange_values,
           m.moment_values > 0 ? fmt::format(" and {} optimizer moments", m.moment_values) : "", asked,
           l.overlap_steps > 0 ? fmt::format(", overlap {} steps", l.overlap_steps) : "", l.auto_step_penalty,
           search ? fmt::format("; the same steps for every dtype and F; a coarser dtype or more fragments only when "

@@ -5,8 +5,11 @@
 //
 //   step(N)   = t_compute + F x exposed / N              exposed = t_fragment, less tau x t_compute when
 //                                                        each exchange overlaps tau steps (overlap_steps)
-//   t_fragment = latency + (exchange bytes / F) / rate    fitted on two timed all-reduces; the bytes are
-//                                                        the dtype's wire bytes (codes and scales)
+//   t_fragment = latency + (exchange bytes / F) / rate    fitted on timed exchanges of two sizes; the
+//                                                        bytes are the dtype's wire bytes (codes and scales)
+//   fp32 goes by one all-reduce, an encoded dtype by an alltoall of the encoded chunks and an allgather
+//   of the mean (comm/param_averager.h): each has its own latency and rate, timed at start-up with the
+//   coarsest encoded dtype weighed (fixed or auto), through the averager training uses
 //   steps(N)  = steps(1) x (1 + penalty x log2 N)         penalty = local_sgd.auto_step_penalty
 //   choose the candidate that minimises steps(N) x step(N)
 //
@@ -32,8 +35,11 @@ namespace ht::train {
 
 struct StepAndLink {
   double compute_s = 0.0;        // one step's forward + backward, all ranks together until the slowest ends
-  double latency_s = 0.0;        // all-reduce time = latency_s + bytes / bytes_per_s
+  double latency_s = 0.0;        // fp32 exchange (all-reduce) time = latency_s + bytes / bytes_per_s
   double bytes_per_s = 0.0;      // 0: no link (one rank)
+  double encoded_latency_s = 0.0;    // the same for an encoded exchange (bf16, int8, int4: alltoall + allgather)
+  double encoded_bytes_per_s = 0.0;  // 0: not timed; encoded exchanges are then charged the fp32 figures
+  config::ExchangeDtype encoded_timed = config::ExchangeDtype::kFp32;  // the dtype those were timed with
   int64_t exchange_values = 0;   // values of the synchronised tensors one exchange carries per rank
   int64_t moment_values = 0;     // and of the optimizer moments (local_sgd.optimizer_state = average)
 };
@@ -69,7 +75,8 @@ LocalStepsChoice choose_local_steps(const config::LocalSgdConfig& l, const StepA
                                     int64_t max_fragments = 1);
 
 // Collective. Times grad_accum forward/backward passes of synthetic batches (the parameters, the
-// gradients and the RNG streams are left as they were) and fp32 all-reduces of two sizes, the
+// gradients and the RNG streams are left as they were), fp32 exchanges of two sizes and, where
+// local_sgd.comm_dtype is encoded or auto, exchanges of two sizes in its coarsest encoded dtype; the
 // slowest rank's figures on every rank.
 StepAndLink measure_step_and_link(model::Gpt& gpt, comm::Communicator& comm, const config::Config& cfg,
                                   const torch::Device& device);

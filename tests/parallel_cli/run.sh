@@ -68,6 +68,8 @@ case "$CASE" in
     lm_data
     trained auto local_sgd.enabled=true local_sgd.steps=auto train.max_steps=16 checkpoint.every_steps=8
     expect_once "local_sgd.steps = auto: compute step"
+    grep -F "local_sgd.steps = auto: compute step" "$WORK/out.txt" | grep -qF "encoded" &&
+      fail "an fp32 exchange timed an encoded one"
     expect_once "local_sgd.steps = auto chose N = "
     chosen=$(sed -n 's/.*local_sgd.steps = auto chose N = \([0-9]*\) .*/\1/p' "$WORK/out.txt")
     stored=$(python3 -c "import sys,tomllib;print(tomllib.load(open(sys.argv[1],'rb'))['local_sgd']['steps'])" \
@@ -87,6 +89,9 @@ case "$CASE" in
     # a dtype, not "auto"), and the resumed run keeps all three.
     trained auto-all local_sgd.enabled=true local_sgd.steps=auto local_sgd.fragments=auto local_sgd.comm_dtype=auto \
       local_sgd.overlap_steps=1 train.max_steps=16 checkpoint.every_steps=8
+    # comm_dtype = auto weighs int4: its alltoall + allgather is timed beside the fp32 all-reduce.
+    grep -F "local_sgd.steps = auto: compute step" "$WORK/out.txt" | grep -qE "[0-9.]+ MB/s, latency [0-9.]+ ms encoded \(int4 alltoall \+ allgather" ||
+      fail "the encoded exchange was not timed: $(grep -F "auto: compute step" "$WORK/out.txt")"
     expect_once "local_sgd.steps = auto chose N = "
     line=$(grep -F "local_sgd.steps = auto chose N = " "$WORK/out.txt")
     read -r n f d < <(sed -n 's/.*chose N = \([0-9]*\) with \([0-9]*\) fragment(s) and \([a-z0-9]*\) exchange.*/\1 \2 \3/p' <<<"$line")

@@ -112,6 +112,37 @@ TEST(AutoLocalSteps, DtypeAutoChargesWireBytesAndKeepsPrecisionOnNearTies) {
   EXPECT_EQ(c.candidates.size(), 3u * 7u);
 }
 
+// An encoded exchange goes by its own collectives (alltoall of the chunks, allgather of the mean):
+// where those were timed, an encoded dtype is charged their latency and rate, and fp32 moments beside
+// a quantized exchange the all-reduce's. Candidates: fp32, bf16, int8, int4 x N = 1..64 (7 each).
+TEST(AutoLocalSteps, EncodedExchangesAreChargedTheirOwnTimedLatencyAndRate) {
+  ht::config::LocalSgdConfig l;
+  l.comm_dtype = ht::config::ExchangeDtype::kAuto;
+  StepAndLink m = one_second_each();
+  m.bytes_per_s = 1e4;
+  m.latency_s = 0.5;
+  m.encoded_bytes_per_s = 5e3;
+  m.encoded_latency_s = 2.0;
+  auto c = choose_local_steps(l, m, 0);
+  EXPECT_DOUBLE_EQ(c.candidates[6].step_s, 1.0 + (0.5 + 1e6 / 1e4) / 64);         // fp32, N = 64
+  EXPECT_DOUBLE_EQ(c.candidates[27].step_s, 1.0 + (2.0 + 140652.0 / 5e3) / 64);   // int4, N = 64
+  EXPECT_EQ(c.dtype, ht::config::ExchangeDtype::kInt4);
+  m.moment_values = 1000;
+  c = choose_local_steps(l, m, 0);
+  EXPECT_DOUBLE_EQ(c.candidates[20].step_s,  // int8 codes encoded, 4000 bytes of fp32 moments all-reduced
+                   1.0 + (0.5 + 4000.0 / 1e4 + 2.0 + (250048.0 + 3907 * 4) / 5e3) / 64);
+  EXPECT_DOUBLE_EQ(c.candidates[13].step_s, 1.0 + (2.0 + (5e5 + 2000) / 5e3) / 64);  // bf16: moments in bf16
+  // An encoded exchange 8x slower per byte than the all-reduce outweighs int4's 7x fewer bytes: fp32
+  // stays; charged the all-reduce's figures (not timed), int4 would have been chosen.
+  m.moment_values = 0;
+  m.encoded_bytes_per_s = 1e4 / 8;
+  EXPECT_EQ(choose_local_steps(l, m, 0).dtype, ht::config::ExchangeDtype::kFp32);
+  m.encoded_bytes_per_s = 0;
+  c = choose_local_steps(l, m, 0);
+  EXPECT_EQ(c.dtype, ht::config::ExchangeDtype::kInt4);
+  EXPECT_DOUBLE_EQ(c.candidates[27].step_s, 1.0 + (0.5 + 140652.0 / 1e4) / 64);
+}
+
 // fragments = auto with one step of overlap, exchange 4 s, compute 1 s: F = 1 is best at N = 32
 // ((1 + 3/32) x 1.3125 = 1.4355), F = 2 at N = 32 ((1 + 2/32) x 1.3125 = 1.3945, 2.9 % cheaper: taken),
 // F = 4 hides each 1 s fragment under a step, N = 8 (N / F > 1) costs 1.1875: taken.

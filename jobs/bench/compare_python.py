@@ -17,6 +17,8 @@ step; validation loss at the end (same shards, same batches). A failed run or a 
 configuration report no ratio. The Python side needs the venv of scripts/setup-python.sh.
 
   jobs/bench/compare_python.py --hpctrain build/bin/hpctrain --out runs/compare-python
+With --baseline OTHER_BUILD a third run per configuration and pair measures a change of ours in the
+same sitting (its row's ratio: ours over the baseline build).
 """
 import argparse
 import datetime
@@ -81,11 +83,11 @@ def base_env():
     return env
 
 
-def run_ours(a, name, cfg, overrides, timeout=1800):
+def run_ours(a, name, cfg, overrides, timeout=1800, binary=None):
     out = os.path.join(a.out, "runs", name)
     shutil.rmtree(out, ignore_errors=True)
     cmd = ["mpirun", "-np", str(a.ranks), "--oversubscribe", "--bind-to", "none",
-           "/usr/bin/time", "-f", "HT_MAXRSS_KB %M", a.hpctrain, "train", "--config", cfg,
+           "/usr/bin/time", "-f", "HT_MAXRSS_KB %M", binary or a.hpctrain, "train", "--config", cfg,
            "--set", f"train.output_dir={out}", *sum((["--set", o] for o in overrides), [])]
     if a.profile:
         cmd += ["--set", f"log.trace_steps={a.profile[0]}:{a.profile[1]}"]
@@ -141,6 +143,9 @@ def collect(steps, val_loss, rss, alloc_peak, a):
             "mfu": statistics.median(s["mfu"] for s in steady) if "mfu" in steady[-1] else None}
 
 
+BASELINE = "ours, --baseline build"
+
+
 def plan(a):
     """(config label, side label, runner) in A B A B order for one pair."""
     lsgd = ["local_sgd.enabled=true", f"local_sgd.steps={a.local_steps}", "local_sgd.warmup_steps=0",
@@ -154,8 +159,12 @@ def plan(a):
             local = f"local SGD N={a.local_steps}, {tag}"
             if "dp" in a.modes:
                 out += [(f"dp, {tag}", "ours",
-                         lambda n, o=ours_rc: run_ours(a, n, a.cfg, o + ["local_sgd.enabled=false"])),
-                        (f"dp, {tag}", "torch DDP", lambda n, rc=rc, b=bf16: run_theirs(a, n, a.cfg, "ddp", [], rc, b))]
+                         lambda n, o=ours_rc: run_ours(a, n, a.cfg, o + ["local_sgd.enabled=false"]))]
+                if a.baseline:  # the same run with another build of ours: a change measured beside the reference
+                    out.append((f"dp, {tag}", BASELINE, lambda n, o=ours_rc: run_ours(
+                        a, n, a.cfg, o + ["local_sgd.enabled=false"], binary=a.baseline)))
+                out.append((f"dp, {tag}", "torch DDP",
+                            lambda n, rc=rc, b=bf16: run_theirs(a, n, a.cfg, "ddp", [], rc, b)))
                 if a.overlap:  # DDP overlaps its all-reduce with backward; this is ours doing the same
                     out.append((f"dp, {tag}", "ours overlapped", lambda n, o=ours_rc: run_ours(
                         a, n, a.cfg, o + ["local_sgd.enabled=false", "local_sgd.overlap_grad_allreduce=true"])))
@@ -164,8 +173,10 @@ def plan(a):
                         a, n, a.cfg, o + ["local_sgd.enabled=false", "train.shard_optimizer=true"])))
             if "local" not in a.modes:
                 continue
-            out += [(local, "ours", lambda n, o=ours_rc: run_ours(a, n, a.cfg, o + lsgd)),
-                    (local, "torch PeriodicModelAverager",
+            out.append((local, "ours", lambda n, o=ours_rc: run_ours(a, n, a.cfg, o + lsgd)))
+            if a.baseline:
+                out.append((local, BASELINE, lambda n, o=ours_rc: run_ours(a, n, a.cfg, o + lsgd, binary=a.baseline)))
+            out += [(local, "torch PeriodicModelAverager",
                      lambda n, rc=rc, b=bf16: run_theirs(a, n, a.cfg, "pma", [f"local_sgd.steps={a.local_steps}"], rc, b)),
                     (local, "Accelerate LocalSGD",
                      lambda n, rc=rc, b=bf16: run_theirs(a, n, a.cfg, "accel", [f"local_sgd.steps={a.local_steps}"], rc,
@@ -232,6 +243,9 @@ def report(a, results, started):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hpctrain", default=os.path.join(ROOT, "build", "bin", "hpctrain"))
+    p.add_argument("--baseline", metavar="BINARY",
+                   help="another hpctrain build (e.g. the commit before a change), run beside ours in every pair: "
+                        "its row's ratio is ours over it, in the same sitting as the reference")
     p.add_argument("--python", help="interpreter with torch 2.11 + accelerate (default: the setup-python.sh venv)")
     p.add_argument("--data", help="causal-lm dataset (default: prepared from Debian's fortunes into --out)")
     p.add_argument("--out", default="runs/compare-python")
@@ -287,6 +301,8 @@ def main():
         sys.exit(f"compare_python: --precision takes fp32 and/or bf16, not '{','.join(a.precision)}'")
     if not os.access(a.hpctrain, os.X_OK):
         sys.exit(f"compare_python: {a.hpctrain} is not built (ninja -C build hpctrain)")
+    if a.baseline and not os.access(a.baseline, os.X_OK):
+        sys.exit(f"compare_python: --baseline {a.baseline} is not an executable")
     a.out = os.path.abspath(a.out)
     os.makedirs(os.path.join(a.out, "runs"), exist_ok=True)
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

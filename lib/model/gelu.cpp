@@ -65,8 +65,8 @@ HT_LANES_TARGET inline void store_lanes(float* p, V v) { avx2::store8(p, v); }
 // Elementwise, so any split gives the same bits; the grain keeps small tensors on one thread.
 constexpr int64_t kGrain = 1 << 15;
 
-// Runs range(T*-typed pointers..., b, e) over x's elements in parallel, with T fp32 or bf16
-// (the 8-lane kernels see fp32 only: gelu_paths admits nothing else for them).
+// One pass over x's elements in parallel through `path`'s kernels, for x in fp32 or bf16 (the 8-lane
+// kernels see fp32 only: gelu_paths admits nothing else for them).
 torch::Tensor forward_vec(const torch::Tensor& x, GeluPath path) {
   torch::Tensor y = torch::empty_like(x, at::MemoryFormat::Contiguous);
   with_element_type(x, [&](auto* type) {

@@ -141,15 +141,25 @@ const char* gelu_path_name(GeluPath p) {
   return "aten";
 }
 
-torch::Tensor gelu_tanh_via(const torch::Tensor& x, GeluPath path) {
-  const auto admitted = gelu_paths(x);
-  HT_REQUIRE(std::find(admitted.begin(), admitted.end(), path) != admitted.end(), ExitCode::kRuntime,
-             "gelu_tanh: the {} path is not one this CPU and this tensor admit", gelu_path_name(path));
+namespace {
+
+// `path` already known to be admitted for x.
+torch::Tensor gelu_tanh_on(const torch::Tensor& x, GeluPath path) {
   if (path == GeluPath::kAten) return torch::gelu(x, "tanh");
   if (!x.requires_grad() || !torch::GradMode::is_enabled()) return forward_vec(x, path);
   return GeluTanhFunction::apply(x, path);
 }
 
-torch::Tensor gelu_tanh(const torch::Tensor& x) { return gelu_tanh_via(x, gelu_path(x)); }
+}  // namespace
+
+torch::Tensor gelu_tanh_via(const torch::Tensor& x, GeluPath path) {
+  const auto admitted = gelu_paths(x);
+  HT_REQUIRE(std::find(admitted.begin(), admitted.end(), path) != admitted.end(), ExitCode::kRuntime,
+             "gelu_tanh: the {} path is not one this CPU and this tensor admit", gelu_path_name(path));
+  return gelu_tanh_on(x, path);
+}
+
+// The model's call, once per block and step: the path list is built once, not again to check it.
+torch::Tensor gelu_tanh(const torch::Tensor& x) { return gelu_tanh_on(x, gelu_path(x)); }
 
 }  // namespace ht::model

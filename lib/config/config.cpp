@@ -171,7 +171,8 @@ const std::vector<Key>& keys() {
              "(docs/scaling.md, the overlapped gradient all-reduce)"),
       HT_KEY(local_sgd, auto_step_penalty,
              "local_sgd.steps = auto: extra steps to a given loss per doubling of N, as a fraction of the per-step "
-             "mode's (fitted on the demo: N = 8 took 1.19x and N = 16 1.25x the steps, docs/local-sgd.md)"),
+             "mode's (fitted on the demo by jobs/bench/steps_to_loss.py: N = 2..32 took 1.08-1.22x the steps over "
+             "three seeds, docs/local-sgd.md)"),
       HT_KEY(local_sgd, consistency_check, "verify a parameter checksum on all ranks after each sync"),
       HT_KEY(checkpoint, dir, "checkpoint directory; empty = <output_dir>/checkpoints"),
       HT_KEY(checkpoint, every_steps, "save every N steps; 0 = at the end and on signals only"),

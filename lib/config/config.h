@@ -179,7 +179,7 @@ struct LocalSgdConfig {
   int64_t overlap_steps = 0;        // apply a non-blocking average k steps later; 0 = blocking
   int64_t bucket_mb = 0;            // 0 = one fused buffer (the overlapped gradient all-reduce: 1 MiB)
   bool overlap_grad_allreduce = false;  // per-step gradients: buckets start during backward (train/grad_overlap.h)
-  double auto_step_penalty = 0.0625;  // steps = auto: extra steps to a loss per doubling of N (fraction)
+  double auto_step_penalty = 0.045;  // steps = auto: extra steps to a loss per doubling of N (fraction)
   bool consistency_check = true;
 };
 

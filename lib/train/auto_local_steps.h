@@ -13,9 +13,10 @@
 //   steps(N)  = steps(1) x (1 + penalty x log2 N)         penalty = local_sgd.auto_step_penalty
 //   choose the candidate that minimises steps(N) x step(N)
 //
-// Neither the step penalty nor the quality of a quantized exchange is measured here: the penalty is
-// what the demo needed (docs/local-sgd.md), and int8 / int4 deltas reached the same loss as fp32 at
-// equal steps there, so the model charges a dtype its bytes only. That is why a coarser dtype, or more
+// Neither the step penalty nor the quality of a quantized exchange can be measured at start-up (that
+// takes the training run itself): the default penalty is the fit of jobs/bench/steps_to_loss.py on the
+// demo (docs/local-sgd.md), where int4 deltas and streaming also needed the steps of plain averaging at
+// the same N, so the model charges a dtype its bytes only. That is why a coarser dtype, or more
 // fragments, replaces a choice only when it is predicted at least kAutoMargin faster. A run that
 // resumes keeps its checkpoint's choice, so the cycle and the stored exchange state stay valid.
 #pragma once

@@ -152,6 +152,16 @@ WireBytes exchange_bytes(const config::LocalSgdConfig& l, const StepAndLink& m, 
   return out;
 }
 
+// The per-step gradient all-reduce in `dtype`: the gradients of the exchanged tensors, no optimizer
+// moments; gradients are never quantized (SyncAllReduce sends fp32 for int8 / int4).
+WireBytes per_step_bytes(const StepAndLink& m, config::ExchangeDtype dtype) {
+  const auto wire = comm::is_quantized(exchange_dtype(dtype)) ? comm::ExchangeDType::kF32 : exchange_dtype(dtype);
+  WireBytes out;
+  (wire == comm::ExchangeDType::kF32 ? out.fp32 : out.encoded) +=
+      static_cast<double>(comm::wire_bytes(wire, m.exchange_values, /*quant_block=*/0));
+  return out;
+}
+
 // Seconds one fragment (1/F of the exchange) occupies the link: each collective its latency and rate;
 // an encoded exchange charged the fp32 figures where none was timed.
 double fragment_seconds(const StepAndLink& m, const WireBytes& bytes, double fragments) {
@@ -235,6 +245,7 @@ LocalStepsChoice choose_local_steps(const config::LocalSgdConfig& l, const StepA
   double chosen_cost = std::numeric_limits<double>::infinity();
   for (const auto dtype : dtype_candidates(l)) {
     const WireBytes bytes = exchange_bytes(l, m, dtype);
+    const WireBytes gradient_bytes = per_step_bytes(m, dtype);
     for (const int64_t fragments : fragment_candidates(l, max_fragments)) {
       config::LocalSgdConfig fixed = l;
       fixed.fragments = fragments;
@@ -246,13 +257,16 @@ LocalStepsChoice choose_local_steps(const config::LocalSgdConfig& l, const StepA
       std::optional<size_t> best;  // an index: the vector grows
       for (int64_t n = 1; n <= config::LocalSgdConfig::kLargestAutoSteps; n *= 2) {
         if (config::local_steps_problem(fixed, n)) continue;
+        // N = 1 is the per-step gradient all-reduce (what the penalty is relative to; resolve_local_steps
+        // trains it), which never quantizes gradients and averages no moments.
+        if (n == 1 && comm::is_quantized(exchange_dtype(dtype))) continue;
         if (total_steps > 0 && n > 1 && n * kMinExchangesPerRun > total_steps) continue;
         LocalStepsCandidate k;
         k.steps = n;
         k.fragments = fragments;
         k.dtype = dtype;
-        k.exchange_bytes = bytes.total();
-        k.step_s = m.compute_s + F * exposed / static_cast<double>(n);
+        k.exchange_bytes = n == 1 ? gradient_bytes.total() : bytes.total();
+        k.step_s = m.compute_s + (n == 1 ? fragment_seconds(m, gradient_bytes, 1.0) : F * exposed / static_cast<double>(n));
         k.relative_steps = 1.0 + l.auto_step_penalty * std::log2(static_cast<double>(n));
         k.cost = k.step_s * k.relative_steps;
         out.candidates.push_back(k);
@@ -321,10 +335,15 @@ void resolve_local_steps(config::Config& cfg, model::Gpt& gpt, comm::Communicato
       l.steps = s.steps;
       if (l.fragments == config::LocalSgdConfig::kAutoFragments) l.fragments = s.fragments;
       if (l.comm_dtype == config::ExchangeDtype::kAuto) l.comm_dtype = s.comm_dtype;
+      if (!s.enabled) {  // N = 1 was chosen: the run trains (and its checkpoint holds) the per-step mode
+        l.enabled = false;
+        l.fragments = s.fragments;
+        l.comm_dtype = s.comm_dtype;
+      }
       if (comm.rank() == 0)
-        HT_INFO("local_sgd.steps = auto: {}{} as chosen when the run started (stored in {})", l.steps,
+        HT_INFO("local_sgd.steps = auto: {}{}{} as chosen when the run started (stored in {})", l.steps,
                 search ? fmt::format(", {} fragment(s), {} exchange", l.fragments, config::name_of(l.comm_dtype)) : "",
-                resumed->path);
+                l.enabled ? "" : " (the per-step gradient all-reduce)", resumed->path);
       return;
     }
   }
@@ -335,6 +354,11 @@ void resolve_local_steps(config::Config& cfg, model::Gpt& gpt, comm::Communicato
   l.steps = c.steps;
   l.fragments = c.fragments;
   l.comm_dtype = c.dtype;
+  // The model's N = 1 is per-step gradient averaging (its steps are what the penalty is relative to);
+  // local SGD with N = 1 would average parameters after every step with per-rank optimizer moments,
+  // which needed 72 steps where per-step averaging needed 64 (docs/local-sgd.md).
+  const bool per_step = c.steps == 1 && comm.size() > 1;
+  if (per_step) l.enabled = false;
   if (comm.rank() != 0) return;
   HT_INFO("local_sgd.steps = auto: compute step {:.3f} s; link: {:.1f} MB/s, latency {:.2f} ms (fp32 all-reduce of "
           "two sizes over {} ranks){}; measured in {:.1f} s; an exchange carries {} values{} ({}{}); assumed steps to a "
@@ -354,9 +378,12 @@ void resolve_local_steps(config::Config& cfg, model::Gpt& gpt, comm::Communicato
   HT_INFO("local_sgd.steps = auto chose N = {}{} (least predicted seconds to the same loss):\n{}", c.steps,
           search ? fmt::format(" with {} fragment(s) and {} exchange", c.fragments, config::name_of(c.dtype)) : "",
           table(c, search));
-  if (c.steps == 1 && comm.size() > 1)
-    HT_INFO("local_sgd.steps = auto: N = 1 means the link keeps up with every step; the per-step gradient all-reduce "
-            "(local_sgd.enabled = false, overlap_grad_allreduce = true) hides it under backward instead");
+  if (per_step)
+    HT_INFO("local_sgd.steps = auto: N = 1 means the link keeps up with every step: training with the per-step "
+            "gradient all-reduce (local_sgd.enabled = false{}){}",
+            l.comm_dtype == config::ExchangeDtype::kFp32 ? "" : fmt::format(", {}", config::name_of(l.comm_dtype)),
+            l.overlap_grad_allreduce ? ", overlapped with backward"
+                                     : "; local_sgd.overlap_grad_allreduce = true would hide it under backward");
 }
 
 }  // namespace ht::train

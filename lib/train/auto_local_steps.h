@@ -13,6 +13,10 @@
 //   steps(N)  = steps(1) x (1 + penalty x log2 N)         penalty = local_sgd.auto_step_penalty
 //   choose the candidate that minimises steps(N) x step(N)
 //
+// N = 1 is per-step gradient averaging, the mode steps(1) and the penalty's fit are measured with: its
+// exchange is the gradients' all-reduce (fp32 or 16-bit, never quantized, no moments), charged
+// blocking, and when it wins the run trains it (local_sgd.enabled = false), not local SGD with N = 1.
+//
 // Neither the step penalty nor the quality of a quantized exchange can be measured at start-up (that
 // takes the training run itself): the default penalty is the fit of jobs/bench/steps_to_loss.py on the
 // demo (docs/local-sgd.md), where int4 deltas and streaming also needed the steps of plain averaging at
@@ -84,7 +88,8 @@ StepAndLink measure_step_and_link(model::Gpt& gpt, comm::Communicator& comm, con
 
 // Collective when cfg.local_sgd.steps is auto and local SGD is on: sets it (and fragments / comm_dtype
 // where those are auto) to the checkpoint's when `resumed` holds them, else measures and chooses, and
-// logs the table and the choice on rank 0. Leaves any other config unchanged.
+// logs the table and the choice on rank 0. N = 1 on more than one rank also sets local_sgd.enabled =
+// false (the per-step mode), as does a checkpoint of such a run. Leaves any other config unchanged.
 void resolve_local_steps(config::Config& cfg, model::Gpt& gpt, comm::Communicator& comm, const torch::Device& device,
                          int64_t total_steps, const std::optional<checkpoint::Snapshot>& resumed);
 

@@ -75,16 +75,32 @@ case "$CASE" in
     stored=$(python3 -c "import sys,tomllib;print(tomllib.load(open(sys.argv[1],'rb'))['local_sgd']['steps'])" \
       "$WORK/auto/config.toml")
     [ -n "$chosen" ] && [ "$chosen" = "$stored" ] || fail "chose N = '$chosen', config.toml stores '$stored'"
-    # With 16 steps at least 4 exchanges: N <= 4.
+    # With 16 steps at least 4 exchanges: N <= 4. N = 1 is the per-step gradient all-reduce (the mode
+    # the model's N = 1 stands for): config.toml says local SGD is off, 16 gradient all-reduces, no sync.
     case "$chosen" in 1|2|4) ;; *) fail "N = $chosen leaves fewer than 4 exchanges in 16 steps" ;; esac
+    enabled=$(python3 -c "import sys,tomllib;print(tomllib.load(open(sys.argv[1],'rb'))['local_sgd']['enabled'])" \
+      "$WORK/auto/config.toml")
     syncs=$(last_metric auto syncs)
-    [ "$syncs" = $((16 / chosen)) ] || fail "N = $chosen: $syncs syncs in 16 steps, expected $((16 / chosen))"
+    allreduces=$(last_metric auto grad_allreduces)
+    if [ "$chosen" = 1 ]; then
+      expect_once "training with the per-step gradient all-reduce (local_sgd.enabled = false)"
+      [ "$enabled" = False ] && [ "$syncs" = 0 ] && [ "$allreduces" = 16 ] ||
+        fail "N = 1: local_sgd.enabled = $enabled, $syncs syncs and $allreduces gradient all-reduces in 16 steps"
+      kept="$chosen (the per-step gradient all-reduce)"
+    else
+      [ "$enabled" = True ] && [ "$syncs" = $((16 / chosen)) ] ||
+        fail "N = $chosen: local_sgd.enabled = $enabled, $syncs syncs in 16 steps, expected $((16 / chosen))"
+      kept=$chosen
+    fi
     expect_rc 0 mpi 2 "$HPCTRAIN" train --set data.path="$WORK/lm.h5" --set train.output_dir="$WORK/auto" "${TINY[@]}" \
       --set local_sgd.enabled=true --set local_sgd.steps=auto --set train.max_steps=24 --set checkpoint.every_steps=8 \
       --resume
-    expect_once "local_sgd.steps = auto: $chosen as chosen when the run started"
+    expect_once "local_sgd.steps = auto: $kept as chosen when the run started"
     grep -qF "auto chose N" "$WORK/out.txt" && fail "the resumed run measured and chose again"
-    note "auto chose N = $chosen ($syncs syncs in 16 steps); the resumed run kept it"
+    resumed_syncs=$(last_metric auto syncs)
+    { [ "$chosen" = 1 ] && [ "$resumed_syncs" = 0 ]; } || { [ "$chosen" != 1 ] && [ "$resumed_syncs" -gt 0 ]; } ||
+      fail "the resumed run did not keep the mode of N = $chosen: $resumed_syncs syncs"
+    note "auto chose N = $chosen ($syncs syncs, $allreduces gradient all-reduces in 16 steps); the resumed run kept it"
     # fragments and comm_dtype = auto too: the printed choice is what config.toml stores (numbers and
     # a dtype, not "auto"), and the resumed run keeps all three.
     trained auto-all local_sgd.enabled=true local_sgd.steps=auto local_sgd.fragments=auto local_sgd.comm_dtype=auto \

@@ -87,35 +87,41 @@ TEST(AutoLocalSteps, DtypeAutoChargesWireBytesAndKeepsPrecisionOnNearTies) {
   auto c = choose_local_steps(l, slow, 0);
   EXPECT_EQ(c.dtype, ht::config::ExchangeDtype::kInt4);
   EXPECT_EQ(c.steps, 64);
-  ASSERT_EQ(c.candidates.size(), 4u * 7u);  // fp32, bf16, int8, int4 x N = 1..64
+  // fp32 and bf16 x N = 1..64, int8 and int4 x N = 2..64 (N = 1 is the per-step mode: gradients unquantized)
+  ASSERT_EQ(c.candidates.size(), 2u * 7u + 2u * 6u);
   EXPECT_DOUBLE_EQ(c.candidates[0].exchange_bytes, 1e6);                  // fp32
   EXPECT_DOUBLE_EQ(c.candidates[7].exchange_bytes, 5e5);                  // bf16
   // Quantized: 250000 values padded to 3907 blocks of 64 (250048), one 4-byte scale per block.
+  EXPECT_EQ(c.candidates[14].steps, 2);
   EXPECT_DOUBLE_EQ(c.candidates[14].exchange_bytes, 250048.0 + 3907 * 4);  // int8: a byte per value
-  EXPECT_DOUBLE_EQ(c.candidates[21].exchange_bytes, 125024.0 + 3907 * 4);  // int4: two values a byte
+  EXPECT_DOUBLE_EQ(c.candidates[20].exchange_bytes, 125024.0 + 3907 * 4);  // int4: two values a byte
   // int4 at N = 64, no overlap: the whole exchange (140652 bytes at 1e4 B/s) spread over 64 steps.
-  EXPECT_DOUBLE_EQ(c.candidates[27].step_s, 1.0 + 140652.0 / 1e4 / 64);
+  EXPECT_DOUBLE_EQ(c.candidates[25].step_s, 1.0 + 140652.0 / 1e4 / 64);
   StepAndLink fast = one_second_each();
   fast.bytes_per_s = 1e9;  // fp32 exchange 1 ms: bf16 would save 0.05 % per step
   c = choose_local_steps(l, fast, 0);
   EXPECT_EQ(c.dtype, ht::config::ExchangeDtype::kFp32);
   EXPECT_EQ(c.steps, 1);
   // Averaged optimizer moments (optimizer_state = average) go in fp32 beside quantized tensors, in the
-  // exchange dtype otherwise.
+  // exchange dtype otherwise; the per-step mode (N = 1) exchanges gradients only.
   StepAndLink with_moments = slow;
   with_moments.moment_values = 1000;
   c = choose_local_steps(l, with_moments, 0);
-  EXPECT_DOUBLE_EQ(c.candidates[7].exchange_bytes, 5e5 + 2000);                   // bf16
+  EXPECT_DOUBLE_EQ(c.candidates[0].exchange_bytes, 1e6);                          // fp32, N = 1
+  EXPECT_DOUBLE_EQ(c.candidates[1].exchange_bytes, 1e6 + 4000);                   // fp32, N = 2
+  EXPECT_DOUBLE_EQ(c.candidates[7].exchange_bytes, 5e5);                          // bf16, N = 1
+  EXPECT_DOUBLE_EQ(c.candidates[8].exchange_bytes, 5e5 + 2000);                   // bf16, N = 2
   EXPECT_DOUBLE_EQ(c.candidates[14].exchange_bytes, 250048.0 + 3907 * 4 + 4000);  // int8 + fp32 moments
   l.quant_block = 63;  // int4 packs two values per byte: an odd block leaves it out
   c = choose_local_steps(l, slow, 0);
   EXPECT_EQ(c.dtype, ht::config::ExchangeDtype::kInt8);
-  EXPECT_EQ(c.candidates.size(), 3u * 7u);
+  EXPECT_EQ(c.candidates.size(), 2u * 7u + 6u);
 }
 
 // An encoded exchange goes by its own collectives (alltoall of the chunks, allgather of the mean):
 // where those were timed, an encoded dtype is charged their latency and rate, and fp32 moments beside
-// a quantized exchange the all-reduce's. Candidates: fp32, bf16, int8, int4 x N = 1..64 (7 each).
+// a quantized exchange the all-reduce's. Candidates: fp32, bf16 x N = 1..64 (7 each), int8, int4 x
+// N = 2..64 (6 each).
 TEST(AutoLocalSteps, EncodedExchangesAreChargedTheirOwnTimedLatencyAndRate) {
   ht::config::LocalSgdConfig l;
   l.comm_dtype = ht::config::ExchangeDtype::kAuto;
@@ -126,11 +132,11 @@ TEST(AutoLocalSteps, EncodedExchangesAreChargedTheirOwnTimedLatencyAndRate) {
   m.encoded_latency_s = 2.0;
   auto c = choose_local_steps(l, m, 0);
   EXPECT_DOUBLE_EQ(c.candidates[6].step_s, 1.0 + (0.5 + 1e6 / 1e4) / 64);         // fp32, N = 64
-  EXPECT_DOUBLE_EQ(c.candidates[27].step_s, 1.0 + (2.0 + 140652.0 / 5e3) / 64);   // int4, N = 64
+  EXPECT_DOUBLE_EQ(c.candidates[25].step_s, 1.0 + (2.0 + 140652.0 / 5e3) / 64);   // int4, N = 64
   EXPECT_EQ(c.dtype, ht::config::ExchangeDtype::kInt4);
   m.moment_values = 1000;
   c = choose_local_steps(l, m, 0);
-  EXPECT_DOUBLE_EQ(c.candidates[20].step_s,  // int8 codes encoded, 4000 bytes of fp32 moments all-reduced
+  EXPECT_DOUBLE_EQ(c.candidates[19].step_s,  // int8 codes encoded, 4000 bytes of fp32 moments all-reduced
                    1.0 + (0.5 + 4000.0 / 1e4 + 2.0 + (250048.0 + 3907 * 4) / 5e3) / 64);
   EXPECT_DOUBLE_EQ(c.candidates[13].step_s, 1.0 + (2.0 + (5e5 + 2000) / 5e3) / 64);  // bf16: moments in bf16
   // An encoded exchange 8x slower per byte than the all-reduce outweighs int4's 7x fewer bytes: fp32
@@ -141,7 +147,7 @@ TEST(AutoLocalSteps, EncodedExchangesAreChargedTheirOwnTimedLatencyAndRate) {
   m.encoded_bytes_per_s = 0;
   c = choose_local_steps(l, m, 0);
   EXPECT_EQ(c.dtype, ht::config::ExchangeDtype::kInt4);
-  EXPECT_DOUBLE_EQ(c.candidates[27].step_s, 1.0 + (0.5 + 140652.0 / 1e4) / 64);
+  EXPECT_DOUBLE_EQ(c.candidates[25].step_s, 1.0 + (0.5 + 140652.0 / 1e4) / 64);
 }
 
 // fragments = auto with one step of overlap, exchange 4 s, compute 1 s, the default penalty: F = 1 is

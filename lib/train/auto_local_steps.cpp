@@ -152,10 +152,10 @@ WireBytes exchange_bytes(const config::LocalSgdConfig& l, const StepAndLink& m, 
   return out;
 }
 
-// The per-step gradient all-reduce in `dtype`: the gradients of the exchanged tensors, no optimizer
-// moments; gradients are never quantized (SyncAllReduce sends fp32 for int8 / int4).
+// The per-step gradient all-reduce for `dtype`: the gradients of the exchanged tensors, no optimizer
+// moments, in the dtype SyncAllReduce sends them in.
 WireBytes per_step_bytes(const StepAndLink& m, config::ExchangeDtype dtype) {
-  const auto wire = comm::is_quantized(exchange_dtype(dtype)) ? comm::ExchangeDType::kF32 : exchange_dtype(dtype);
+  const auto wire = gradient_exchange_dtype(dtype);
   WireBytes out;
   (wire == comm::ExchangeDType::kF32 ? out.fp32 : out.encoded) +=
       static_cast<double>(comm::wire_bytes(wire, m.exchange_values, /*quant_block=*/0));
@@ -266,7 +266,8 @@ LocalStepsChoice choose_local_steps(const config::LocalSgdConfig& l, const StepA
         k.fragments = fragments;
         k.dtype = dtype;
         k.exchange_bytes = n == 1 ? gradient_bytes.total() : bytes.total();
-        k.step_s = m.compute_s + (n == 1 ? fragment_seconds(m, gradient_bytes, 1.0) : F * exposed / static_cast<double>(n));
+        k.step_s = m.compute_s +
+                   (n == 1 ? fragment_seconds(m, gradient_bytes, 1.0) : F * exposed / static_cast<double>(n));
         k.relative_steps = 1.0 + l.auto_step_penalty * std::log2(static_cast<double>(n));
         k.cost = k.step_s * k.relative_steps;
         out.candidates.push_back(k);

@@ -21,6 +21,11 @@ comm::ExchangeDType exchange_dtype(config::ExchangeDtype t) {
   return comm::ExchangeDType::kF32;
 }
 
+comm::ExchangeDType gradient_exchange_dtype(config::ExchangeDtype t) {
+  const auto wire = exchange_dtype(t);
+  return comm::is_quantized(wire) ? comm::ExchangeDType::kF32 : wire;
+}
+
 SyncAllReduce::SyncAllReduce(torch::nn::Module& model, comm::Communicator& comm, const config::Config& cfg,
                              std::shared_ptr<Optimizer> optimizer)
     : DataParallel(model, comm, sync_tensors_of(model, cfg.local_sgd.average_buffers)),
@@ -40,9 +45,7 @@ std::string SyncAllReduce::describe() const {
 
 comm::AveragerOptions SyncAllReduce::exchange_options() const {
   comm::AveragerOptions o;
-  o.dtype = exchange_dtype(cfg_.comm_dtype);
-  // Gradients are never quantized: int8/int4 apply to local SGD's parameter deltas.
-  if (comm::is_quantized(o.dtype)) o.dtype = comm::ExchangeDType::kF32;
+  o.dtype = gradient_exchange_dtype(cfg_.comm_dtype);
   o.bucket_mb = cfg_.bucket_mb;
   o.name = "gradients";
   return o;

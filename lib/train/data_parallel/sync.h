@@ -44,5 +44,8 @@ class SyncAllReduce final : public DataParallel {
 
 // The exchange dtype local_sgd.comm_dtype names.
 comm::ExchangeDType exchange_dtype(config::ExchangeDtype t);
+// What the per-step gradient exchange sends for comm_dtype t: gradients are never quantized (int8 /
+// int4 apply to local SGD's parameter deltas), so those go in fp32.
+comm::ExchangeDType gradient_exchange_dtype(config::ExchangeDtype t);
 
 }  // namespace ht::train

@@ -98,11 +98,6 @@ double time_mean(comm::Communicator& comm, comm::ExchangeDType dtype, int64_t n,
   return comm.allreduce_max(best);
 }
 
-struct ExchangeFit {
-  double latency_s = 0.0;
-  double bytes_per_s = 0.0;
-};
-
 // Latency and rate of an exchange in `dtype`, from means of about small_bytes and large_bytes on the
 // wire: whatever path a device buffer would take to the link, the exchange's own collectives.
 ExchangeFit fit_exchange(comm::Communicator& comm, comm::ExchangeDType dtype, int64_t quant_block, double small_bytes,
@@ -162,16 +157,16 @@ WireBytes per_step_bytes(const StepAndLink& m, config::ExchangeDtype dtype) {
   return out;
 }
 
-// Seconds one fragment (1/F of the exchange) occupies the link: each collective its latency and rate;
-// an encoded exchange charged the fp32 figures where none was timed.
-double fragment_seconds(const StepAndLink& m, const WireBytes& bytes, double fragments) {
+// Seconds one fragment (1/F of the exchange) occupies the link: each collective its latency and rate,
+// the encoded part (in `dtype`) its own timed figures, or the fp32 ones where that dtype was not timed.
+double fragment_seconds(const StepAndLink& m, const WireBytes& bytes, config::ExchangeDtype dtype, double fragments) {
   if (m.bytes_per_s <= 0) return 0.0;
-  const bool timed = m.encoded_bytes_per_s > 0;
+  const ExchangeFit fp32{m.latency_s, m.bytes_per_s};
+  const auto timed = m.encoded.find(dtype);
+  const ExchangeFit& encoded = timed != m.encoded.end() && timed->second.bytes_per_s > 0 ? timed->second : fp32;
   double t = 0.0;
-  if (bytes.fp32 > 0) t += m.latency_s + bytes.fp32 / fragments / m.bytes_per_s;
-  if (bytes.encoded > 0)
-    t += (timed ? m.encoded_latency_s : m.latency_s) +
-         bytes.encoded / fragments / (timed ? m.encoded_bytes_per_s : m.bytes_per_s);
+  if (bytes.fp32 > 0) t += fp32.latency_s + bytes.fp32 / fragments / fp32.bytes_per_s;
+  if (bytes.encoded > 0) t += encoded.latency_s + bytes.encoded / fragments / encoded.bytes_per_s;
   return t;
 }
 
@@ -195,6 +190,15 @@ std::vector<int64_t> fragment_candidates(const config::LocalSgdConfig& l, int64_
 // local_sgd.fragments as the user wrote it, for the messages.
 std::string fragments_text(const config::LocalSgdConfig& l) {
   return l.fragments == config::LocalSgdConfig::kAutoFragments ? std::string("auto") : std::to_string(l.fragments);
+}
+
+// The encoded exchanges' figures for the log line, one per timed dtype.
+std::string encoded_text(const StepAndLink& m) {
+  std::string out;
+  for (const auto& [dtype, fit] : m.encoded)
+    out += fmt::format("{}{} {:.1f} MB/s / {:.2f} ms", out.empty() ? "; encoded (alltoall + allgather of two sizes): " : ", ",
+                       config::name_of(dtype), fit.bytes_per_s / 1e6, fit.latency_s * 1e3);
+  return out;
 }
 
 bool is_auto_search(const config::LocalSgdConfig& l) {
@@ -250,7 +254,7 @@ LocalStepsChoice choose_local_steps(const config::LocalSgdConfig& l, const StepA
       config::LocalSgdConfig fixed = l;
       fixed.fragments = fragments;
       const double F = static_cast<double>(fragments);
-      const double t_fragment = fragment_seconds(m, bytes, F);
+      const double t_fragment = fragment_seconds(m, bytes, dtype, F);
       const double exposed = l.overlap_steps > 0
                                  ? std::max(0.0, t_fragment - static_cast<double>(l.overlap_steps) * m.compute_s)
                                  : t_fragment;
@@ -267,7 +271,7 @@ LocalStepsChoice choose_local_steps(const config::LocalSgdConfig& l, const StepA
         k.dtype = dtype;
         k.exchange_bytes = n == 1 ? gradient_bytes.total() : bytes.total();
         k.step_s = m.compute_s +
-                   (n == 1 ? fragment_seconds(m, gradient_bytes, 1.0) : F * exposed / static_cast<double>(n));
+                   (n == 1 ? fragment_seconds(m, gradient_bytes, dtype, 1.0) : F * exposed / static_cast<double>(n));
         k.relative_steps = 1.0 + l.auto_step_penalty * std::log2(static_cast<double>(n));
         k.cost = k.step_s * k.relative_steps;
         out.candidates.push_back(k);
@@ -310,17 +314,12 @@ StepAndLink measure_step_and_link(model::Gpt& gpt, comm::Communicator& comm, con
   const auto fp32 = fit_exchange(comm, comm::ExchangeDType::kF32, l.quant_block, small_bytes, large_bytes);
   m.latency_s = fp32.latency_s;
   m.bytes_per_s = fp32.bytes_per_s;
-  // The encoded collectives differ from fp32's but not between the encoded dtypes: the coarsest one
-  // weighed is timed (its encode/decode work per wire byte is the largest), at the same wire bytes.
-  const auto dtypes = dtype_candidates(l);
-  const auto coarsest = std::find_if(dtypes.rbegin(), dtypes.rend(),
-                                     [](config::ExchangeDtype d) { return d != config::ExchangeDtype::kFp32; });
-  if (coarsest != dtypes.rend()) {
-    const auto encoded = fit_exchange(comm, exchange_dtype(*coarsest), l.quant_block, small_bytes, large_bytes);
-    m.encoded_latency_s = encoded.latency_s;
-    m.encoded_bytes_per_s = encoded.bytes_per_s;
-    m.encoded_timed = *coarsest;
-  }
+  // Every encoded dtype weighed has its own fit at the same wire bytes: their collectives are the same,
+  // but the encode and decode work per wire byte is not (4x apart between bf16 and int4 on shared
+  // memory), and on a fast link that work is the exchange's cost.
+  for (const auto dtype : dtype_candidates(l))
+    if (dtype != config::ExchangeDtype::kFp32)
+      m.encoded[dtype] = fit_exchange(comm, exchange_dtype(dtype), l.quant_block, small_bytes, large_bytes);
   return m;
 }
 
@@ -365,10 +364,7 @@ void resolve_local_steps(config::Config& cfg, model::Gpt& gpt, comm::Communicato
           "two sizes over {} ranks){}; measured in {:.1f} s; an exchange carries {} values{} ({}{}); assumed steps to a "
           "loss 1 + {} x log2 N{}",
           m.compute_s, m.bytes_per_s / 1e6, m.latency_s * 1e3, comm.size(),
-          m.encoded_bytes_per_s > 0
-              ? fmt::format(", {:.1f} MB/s, latency {:.2f} ms encoded ({} alltoall + allgather of two sizes)",
-                            m.encoded_bytes_per_s / 1e6, m.encoded_latency_s * 1e3, config::name_of(m.encoded_timed))
-              : "",
+          encoded_text(m),
           probe.seconds(), m.exchange_values,
           m.moment_values > 0 ? fmt::format(" and {} optimizer moments", m.moment_values) : "", asked,
           l.overlap_steps > 0 ? fmt::format(", overlap {} steps", l.overlap_steps) : "", l.auto_step_penalty,

@@ -8,8 +8,9 @@
 //   t_fragment = latency + (exchange bytes / F) / rate    fitted on timed exchanges of two sizes; the
 //                                                        bytes are the dtype's wire bytes (codes and scales)
 //   fp32 goes by one all-reduce, an encoded dtype by an alltoall of the encoded chunks and an allgather
-//   of the mean (comm/param_averager.h): each has its own latency and rate, timed at start-up with the
-//   coarsest encoded dtype weighed (fixed or auto), through the averager training uses
+//   of the mean (comm/param_averager.h): each dtype weighed (fixed or auto) has its own latency and
+//   rate, timed at start-up through the averager training uses (its encode and decode work per wire
+//   byte differs: on shared memory bf16 moved ~550 MB/s of wire bytes, int8 ~210, int4 ~45)
 //   steps(N)  = steps(1) x (1 + penalty x log2 N)         penalty = local_sgd.auto_step_penalty
 //   choose the candidate that minimises steps(N) x step(N)
 //
@@ -27,6 +28,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,13 +40,19 @@
 
 namespace ht::train {
 
+// Exchange time = latency_s + wire bytes / bytes_per_s.
+struct ExchangeFit {
+  double latency_s = 0.0;
+  double bytes_per_s = 0.0;
+};
+
 struct StepAndLink {
   double compute_s = 0.0;        // one step's forward + backward, all ranks together until the slowest ends
   double latency_s = 0.0;        // fp32 exchange (all-reduce) time = latency_s + bytes / bytes_per_s
   double bytes_per_s = 0.0;      // 0: no link (one rank)
-  double encoded_latency_s = 0.0;    // the same for an encoded exchange (bf16, int8, int4: alltoall + allgather)
-  double encoded_bytes_per_s = 0.0;  // 0: not timed; encoded exchanges are then charged the fp32 figures
-  config::ExchangeDtype encoded_timed = config::ExchangeDtype::kFp32;  // the dtype those were timed with
+  // The same for each encoded dtype timed (bf16, fp16, int8, int4: alltoall + allgather); a dtype
+  // without an entry is charged the fp32 figures.
+  std::map<config::ExchangeDtype, ExchangeFit> encoded;
   int64_t exchange_values = 0;   // values of the synchronised tensors one exchange carries per rank
   int64_t moment_values = 0;     // and of the optimizer moments (local_sgd.optimizer_state = average)
 };
@@ -81,7 +89,7 @@ LocalStepsChoice choose_local_steps(const config::LocalSgdConfig& l, const StepA
 
 // Collective. Times grad_accum forward/backward passes of synthetic batches (the parameters, the
 // gradients and the RNG streams are left as they were), fp32 exchanges of two sizes and, where
-// local_sgd.comm_dtype is encoded or auto, exchanges of two sizes in its coarsest encoded dtype; the
+// local_sgd.comm_dtype is encoded or auto, exchanges of two sizes in each encoded dtype weighed; the
 // slowest rank's figures on every rank.
 StepAndLink measure_step_and_link(model::Gpt& gpt, comm::Communicator& comm, const config::Config& cfg,
                                   const torch::Device& device);

@@ -105,8 +105,11 @@ case "$CASE" in
     # a dtype, not "auto"), and the resumed run keeps all three.
     trained auto-all local_sgd.enabled=true local_sgd.steps=auto local_sgd.fragments=auto local_sgd.comm_dtype=auto \
       local_sgd.overlap_steps=1 train.max_steps=16 checkpoint.every_steps=8
-    # comm_dtype = auto weighs int4: its alltoall + allgather is timed beside the fp32 all-reduce.
-    grep -F "local_sgd.steps = auto: compute step" "$WORK/out.txt" | grep -qE "[0-9.]+ MB/s, latency [0-9.]+ ms encoded \(int4 alltoall \+ allgather" ||
+    # comm_dtype = auto weighs bf16, int8 and int4: each one's alltoall + allgather is timed beside the
+    # fp32 all-reduce.
+    fit="[0-9.]+ MB/s / [0-9.]+ ms"
+    grep -F "local_sgd.steps = auto: compute step" "$WORK/out.txt" |
+      grep -qE "encoded \(alltoall \+ allgather of two sizes\): bf16 $fit, int8 $fit, int4 $fit;" ||
       fail "the encoded exchange was not timed: $(grep -F "auto: compute step" "$WORK/out.txt")"
     expect_once "local_sgd.steps = auto chose N = "
     line=$(grep -F "local_sgd.steps = auto chose N = " "$WORK/out.txt")

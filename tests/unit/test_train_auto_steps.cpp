@@ -128,8 +128,8 @@ TEST(AutoLocalSteps, EncodedExchangesAreChargedTheirOwnTimedLatencyAndRate) {
   StepAndLink m = one_second_each();
   m.bytes_per_s = 1e4;
   m.latency_s = 0.5;
-  m.encoded_bytes_per_s = 5e3;
-  m.encoded_latency_s = 2.0;
+  for (const auto d : {ht::config::ExchangeDtype::kBf16, ht::config::ExchangeDtype::kInt8, ht::config::ExchangeDtype::kInt4})
+    m.encoded[d] = {2.0, 5e3};
   auto c = choose_local_steps(l, m, 0);
   EXPECT_DOUBLE_EQ(c.candidates[6].step_s, 1.0 + (0.5 + 1e6 / 1e4) / 64);         // fp32, N = 64
   EXPECT_DOUBLE_EQ(c.candidates[25].step_s, 1.0 + (2.0 + 140652.0 / 5e3) / 64);   // int4, N = 64
@@ -142,12 +142,34 @@ TEST(AutoLocalSteps, EncodedExchangesAreChargedTheirOwnTimedLatencyAndRate) {
   // An encoded exchange 8x slower per byte than the all-reduce outweighs int4's 7x fewer bytes: fp32
   // stays; charged the all-reduce's figures (not timed), int4 would have been chosen.
   m.moment_values = 0;
-  m.encoded_bytes_per_s = 1e4 / 8;
+  for (auto& [dtype, fit] : m.encoded) fit.bytes_per_s = 1e4 / 8;
   EXPECT_EQ(choose_local_steps(l, m, 0).dtype, ht::config::ExchangeDtype::kFp32);
-  m.encoded_bytes_per_s = 0;
+  m.encoded.clear();
   c = choose_local_steps(l, m, 0);
   EXPECT_EQ(c.dtype, ht::config::ExchangeDtype::kInt4);
   EXPECT_DOUBLE_EQ(c.candidates[25].step_s, 1.0 + (0.5 + 140652.0 / 1e4) / 64);
+}
+
+// Each encoded dtype is charged its own timed rate: where encoding is the cost (a fast link), int8 and
+// int4 move their wire bytes far slower than bf16 does (as measured on shared memory), and bf16 wins;
+// charged int4's rate as well, bf16 would lose to fp32. fp32 exchange 100 s, compute 1 s.
+TEST(AutoLocalSteps, EachEncodedDtypeIsChargedItsOwnRate) {
+  using D = ht::config::ExchangeDtype;
+  ht::config::LocalSgdConfig l;
+  l.comm_dtype = D::kAuto;
+  StepAndLink m = one_second_each();
+  m.bytes_per_s = 1e4;
+  m.encoded[D::kBf16] = {0.0, 1e4};      // bf16: 5e5 bytes in 50 s
+  m.encoded[D::kInt8] = {0.0, 1e4 / 8};  // int8: 265676 bytes in 212.5 s
+  m.encoded[D::kInt4] = {0.0, 1e4 / 16}; // int4: 140652 bytes in 225.0 s
+  auto c = choose_local_steps(l, m, 0);
+  EXPECT_EQ(c.dtype, D::kBf16);
+  EXPECT_EQ(c.steps, 64);
+  EXPECT_DOUBLE_EQ(c.candidates[13].step_s, 1.0 + 5e5 / 1e4 / 64);                      // bf16, N = 64
+  EXPECT_DOUBLE_EQ(c.candidates[19].step_s, 1.0 + (250048.0 + 3907 * 4) / 1250.0 / 64);  // int8, N = 64
+  EXPECT_DOUBLE_EQ(c.candidates[25].step_s, 1.0 + 140652.0 / 625.0 / 64);               // int4, N = 64
+  m.encoded[D::kBf16] = m.encoded[D::kInt4];  // bf16 at int4's rate: 800 s per exchange
+  EXPECT_EQ(choose_local_steps(l, m, 0).dtype, D::kFp32);
 }
 
 // fragments = auto with one step of overlap, exchange 4 s, compute 1 s, the default penalty: F = 1 is

@@ -1,6 +1,7 @@
 // Wire encodings of averaged values (see exchange.h).
 #include "comm/exchange.h"
 
+#include "comm/quantize_cpu.h"
 #include "core/error.h"
 
 namespace ht::comm {
@@ -14,6 +15,9 @@ torch::ScalarType float_wire_type(ExchangeDType t) {
     default: return torch::kFloat;
   }
 }
+
+// Buffers the fused codec of comm/quantize_cpu.h takes; the ATen chain serves the rest.
+bool cpu_fp32(const torch::Tensor& t) { return t.is_cpu() && t.scalar_type() == torch::kFloat && t.is_contiguous(); }
 
 int code_max(ExchangeDType t) { return t == ExchangeDType::kI8 ? 127 : 7; }
 
@@ -59,6 +63,32 @@ uint64_t wire_bytes(ExchangeDType t, int64_t n, int64_t block) {
 }
 
 void encode(const torch::Tensor& src, ExchangeDType t, int64_t block, const torch::Tensor& wire) {
+  const int64_t n = src.numel();
+  check_wire(wire, t, n, block);
+  if (n == 0) return;
+  if (is_quantized(t) && cpu_fp32(src) && wire.is_cpu()) {
+    auto* codes = wire.data_ptr<uint8_t>();
+    quantize_blocks(src.data_ptr<float>(), n, block, t == ExchangeDType::kI4, codes, codes + code_bytes(t, n));
+    return;
+  }
+  detail::encode_generic(src, t, block, wire);
+}
+
+void decode(const torch::Tensor& wire, ExchangeDType t, int64_t block, const torch::Tensor& dst, bool add) {
+  const int64_t n = dst.numel();
+  check_wire(wire, t, n, block);
+  if (n == 0) return;
+  if (is_quantized(t) && cpu_fp32(dst) && wire.is_cpu()) {
+    const auto* codes = wire.data_ptr<uint8_t>();
+    dequantize_blocks(codes, codes + code_bytes(t, n), n, block, t == ExchangeDType::kI4, dst.data_ptr<float>(), add);
+    return;
+  }
+  detail::decode_generic(wire, t, block, dst, add);
+}
+
+namespace detail {
+
+void encode_generic(const torch::Tensor& src, ExchangeDType t, int64_t block, const torch::Tensor& wire) {
   torch::NoGradGuard no_grad;
   const int64_t n = src.numel();
   check_wire(wire, t, n, block);
@@ -84,7 +114,7 @@ void encode(const torch::Tensor& src, ExchangeDType t, int64_t block, const torc
   wire.narrow(0, cb, n / block * 4).copy_(scale.contiguous().view(torch::kUInt8));
 }
 
-void decode(const torch::Tensor& wire, ExchangeDType t, int64_t block, const torch::Tensor& dst, bool add) {
+void decode_generic(const torch::Tensor& wire, ExchangeDType t, int64_t block, const torch::Tensor& dst, bool add) {
   torch::NoGradGuard no_grad;
   const int64_t n = dst.numel();
   check_wire(wire, t, n, block);
@@ -110,5 +140,7 @@ void decode(const torch::Tensor& wire, ExchangeDType t, int64_t block, const tor
   if (add) out.add_(values);
   else out.copy_(values);
 }
+
+}  // namespace detail
 
 }  // namespace ht::comm

@@ -27,5 +27,11 @@ uint64_t wire_bytes(ExchangeDType t, int64_t n, int64_t block);
 void encode(const torch::Tensor& src, ExchangeDType t, int64_t block, const torch::Tensor& wire);
 // Decodes n = dst.numel() values from wire into the contiguous fp32 dst (add: dst += values).
 void decode(const torch::Tensor& wire, ExchangeDType t, int64_t block, const torch::Tensor& dst, bool add = false);
+// encode and decode take a fused loop for fp32 CPU buffers in the integer types and these, a chain of
+// ATen operations, for any device; both write the same bytes (tests compare them).
+namespace detail {
+void encode_generic(const torch::Tensor& src, ExchangeDType t, int64_t block, const torch::Tensor& wire);
+void decode_generic(const torch::Tensor& wire, ExchangeDType t, int64_t block, const torch::Tensor& dst, bool add);
+}  // namespace detail
 
 }  // namespace ht::comm

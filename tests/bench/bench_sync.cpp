@@ -6,10 +6,14 @@
 //   lsgd_sync       LocalSgd with N = 1, one after_update() = one full sync as the trainer runs it
 //                   (telemetry on, defaults: drift sample, checksum, consistency agreement)
 //   lsgd_sync_int8  the same with local_sgd.comm_dtype = int8 (quantized delta exchange)
+//   lsgd_sync_int4  and with int4
 //   paired          grad_allreduce and lsgd_sync alternating in one loop (the ratio to read)
 // and the pieces of a sync:
 //   pack            copying the parameters into the exchange buffer (what an unbound sync pays)
 //   collective      one MPI_Allreduce of the same bytes on a preallocated buffer (the floor)
+//   codec_int8/int4 one encode and one decode (adding) of the model's values as CPU buffers take them
+//                   (comm::encode / decode, the fused loop), and *_generic the same through the ATen
+//                   chain other devices take (comm::detail)
 //   checksum        comm::checksum of the averaged buffer in a read of its own (what the sync
 //                   saves by adding the bit sum up in its 1/W pass; encoded and outer exchanges pay it)
 // Iteration counts are fixed (every rank runs the same collectives); each iteration starts after
@@ -20,7 +24,9 @@
 #include <map>
 
 #include "comm/communicator.h"
+#include "comm/exchange.h"
 #include "comm/param_averager.h"
+#include "config/enum_names.h"
 #include "core/log.h"
 #include "core/memory.h"
 #include "core/timer.h"
@@ -73,7 +79,8 @@ void BM_LocalSgdSync(benchmark::State& state, const Shape& shape, ht::config::Ex
   torch::manual_seed(0);
   ht::model::Gpt gpt(shape.options);
   auto dp = ht::train::make_data_parallel(*gpt, *g_comm, config_of(true, dtype));
-  const std::string key = shape.name + (dtype == ht::config::ExchangeDtype::kInt8 ? "/lsgd_sync_int8" : "/lsgd_sync");
+  const std::string key = shape.name + "/lsgd_sync" +
+                          (dtype == ht::config::ExchangeDtype::kFp32 ? "" : "_" + std::string(ht::config::name_of(dtype)));
   timed_loop(state, key, [&] { dp->after_update(); });  // N = 1: every call is one sync
   state.counters["MiB"] = static_cast<double>(dp->stats().bytes_last_sync) / (1 << 20);
 }
@@ -134,6 +141,25 @@ void BM_Checksum(benchmark::State& state, const Shape& shape) {
   benchmark::DoNotOptimize(sink);
 }
 
+void BM_Codec(benchmark::State& state, const Shape& shape, ht::comm::ExchangeDType dtype, bool generic) {
+  torch::manual_seed(0);
+  ht::model::Gpt gpt(shape.options);
+  const int64_t block = 64;
+  const int64_t n = gpt->num_parameters() / block * block;
+  auto values = torch::randn({n}), sum = torch::zeros({n});
+  auto wire = torch::empty({static_cast<int64_t>(ht::comm::wire_bytes(dtype, n, block))}, torch::kUInt8);
+  const std::string key = shape.name + "/codec_" + ht::comm::to_string(dtype) + (generic ? "_generic" : "");
+  timed_loop(state, key, [&] {
+    if (generic) {
+      ht::comm::detail::encode_generic(values, dtype, block, wire);
+      ht::comm::detail::decode_generic(wire, dtype, block, sum, /*add=*/true);
+    } else {
+      ht::comm::encode(values, dtype, block, wire);
+      ht::comm::decode(wire, dtype, block, sum, /*add=*/true);
+    }
+  });
+}
+
 void register_shape(const Shape& shape, int iterations) {
   auto reg = [&](const std::string& name, auto fn) {
     benchmark::RegisterBenchmark((shape.name + "/" + name).c_str(), fn)
@@ -145,9 +171,14 @@ void register_shape(const Shape& shape, int iterations) {
   reg("grad_allreduce", [shape](benchmark::State& st) { BM_GradAllreduce(st, shape); });
   reg("lsgd_sync", [shape](benchmark::State& st) { BM_LocalSgdSync(st, shape, ht::config::ExchangeDtype::kFp32); });
   reg("lsgd_sync_int8", [shape](benchmark::State& st) { BM_LocalSgdSync(st, shape, ht::config::ExchangeDtype::kInt8); });
+  reg("lsgd_sync_int4", [shape](benchmark::State& st) { BM_LocalSgdSync(st, shape, ht::config::ExchangeDtype::kInt4); });
   reg("paired", [shape](benchmark::State& st) { BM_Paired(st, shape); });
   reg("pack", [shape](benchmark::State& st) { BM_Pack(st, shape); });
   reg("checksum", [shape](benchmark::State& st) { BM_Checksum(st, shape); });
+  for (const auto dtype : {ht::comm::ExchangeDType::kI8, ht::comm::ExchangeDType::kI4})
+    for (const bool generic : {false, true})
+      reg("codec_" + ht::comm::to_string(dtype) + (generic ? "_generic" : ""),
+          [shape, dtype, generic](benchmark::State& st) { BM_Codec(st, shape, dtype, generic); });
   reg("grad_allreduce_again", [shape](benchmark::State& st) { BM_GradAllreduce(st, shape); });  // drift bracket
 }
 
@@ -158,8 +189,9 @@ void print_summary(const std::vector<Shape>& shapes) {
     const double paired_grad = get("paired_grad_allreduce"), paired_sync = get("paired_lsgd_sync");
     if (grad <= 0 && paired_grad <= 0) continue;
     std::printf("SUMMARY %-6s collective=%.2f ms grad_allreduce=%.2f ms lsgd_sync=%.2f ms lsgd_sync_int8=%.2f ms "
-                "pack=%.2f ms checksum=%.2f ms sync/grad_allreduce=%.3f paired: %.2f / %.2f ms = %.3f\n",
+                "lsgd_sync_int4=%.2f ms pack=%.2f ms checksum=%.2f ms sync/grad_allreduce=%.3f paired: %.2f / %.2f ms = %.3f\n",
                 s.name.c_str(), get("collective") * 1e3, grad * 1e3, sync * 1e3, get("lsgd_sync_int8") * 1e3,
+                get("lsgd_sync_int4") * 1e3,
                 get("pack") * 1e3, get("checksum") * 1e3, grad > 0 ? sync / grad : 0.0, paired_sync * 1e3,
                 paired_grad * 1e3, paired_grad > 0 ? paired_sync / paired_grad : 0.0);
   }

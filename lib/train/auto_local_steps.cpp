@@ -260,10 +260,12 @@ LocalStepsChoice choose_local_steps(const config::LocalSgdConfig& l, const StepA
                                  : t_fragment;
       std::optional<size_t> best;  // an index: the vector grows
       for (int64_t n = 1; n <= config::LocalSgdConfig::kLargestAutoSteps; n *= 2) {
-        if (config::local_steps_problem(fixed, n)) continue;
         // N = 1 is the per-step gradient all-reduce (what the penalty is relative to; resolve_local_steps
-        // trains it), which never quantizes gradients and averages no moments.
-        if (n == 1 && comm::is_quantized(exchange_dtype(dtype))) continue;
+        // trains it), which never quantizes gradients and averages no moments, and has no fragments or
+        // overlapped merge: offered with F = 1 whatever overlap_steps asks of local SGD's cycles.
+        if (n == 1 ? fragments != 1 || comm::is_quantized(exchange_dtype(dtype))
+                   : config::local_steps_problem(fixed, n).has_value())
+          continue;
         if (total_steps > 0 && n > 1 && n * kMinExchangesPerRun > total_steps) continue;
         LocalStepsCandidate k;
         k.steps = n;
@@ -339,6 +341,7 @@ void resolve_local_steps(config::Config& cfg, model::Gpt& gpt, comm::Communicato
         l.enabled = false;
         l.fragments = s.fragments;
         l.comm_dtype = s.comm_dtype;
+        l.overlap_steps = s.overlap_steps;
       }
       if (comm.rank() == 0)
         HT_INFO("local_sgd.steps = auto: {}{}{} as chosen when the run started (stored in {})", l.steps,
@@ -358,7 +361,10 @@ void resolve_local_steps(config::Config& cfg, model::Gpt& gpt, comm::Communicato
   // local SGD with N = 1 would average parameters after every step with per-rank optimizer moments,
   // which needed 72 steps where per-step averaging needed 64 (docs/local-sgd.md).
   const bool per_step = c.steps == 1 && comm.size() > 1;
-  if (per_step) l.enabled = false;
+  if (per_step) {
+    l.enabled = false;
+    l.overlap_steps = 0;  // local SGD's merge delay: the per-step mode has none (and N = 1 allows none)
+  }
   if (comm.rank() != 0) return;
   HT_INFO("local_sgd.steps = auto: compute step {:.3f} s; link: {:.1f} MB/s, latency {:.2f} ms (fp32 all-reduce of "
           "two sizes over {} ranks){}; measured in {:.1f} s; an exchange carries {} values{} ({}{}); assumed steps to a "

@@ -79,7 +79,8 @@ struct LocalStepsChoice {
 inline constexpr double kAutoMargin = 0.02;
 
 // The candidates N = 1, 2, 4, ... 64 that fit the fragments and overlap_steps and leave at least 4
-// exchanges in a run of total_steps (0: unknown); with fragments = auto also F = 1, 2, 4, ... up to
+// exchanges in a run of total_steps (0: unknown), and N = 1 (the per-step mode: no fragments, no
+// overlapped merge) with F = 1 whatever overlap_steps says; with fragments = auto also F = 1, 2, 4, ... up to
 // max_fragments (the model's blocks), with comm_dtype = auto the dtypes fp32, bf16, int8 and int4 (int4
 // only with an even quant_block). For each (dtype, F) the cheapest N wins (the smaller on a tie); the
 // (dtype, F) are then visited from the most precise and fewest fragments on, each taking over only when
@@ -97,7 +98,8 @@ StepAndLink measure_step_and_link(model::Gpt& gpt, comm::Communicator& comm, con
 // Collective when cfg.local_sgd.steps is auto and local SGD is on: sets it (and fragments / comm_dtype
 // where those are auto) to the checkpoint's when `resumed` holds them, else measures and chooses, and
 // logs the table and the choice on rank 0. N = 1 on more than one rank also sets local_sgd.enabled =
-// false (the per-step mode), as does a checkpoint of such a run. Leaves any other config unchanged.
+// false (the per-step mode) and overlap_steps = 0, as does a checkpoint of such a run. Leaves any
+// other config unchanged.
 void resolve_local_steps(config::Config& cfg, model::Gpt& gpt, comm::Communicator& comm, const torch::Device& device,
                          int64_t total_steps, const std::optional<checkpoint::Snapshot>& resumed);
 

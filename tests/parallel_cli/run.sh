@@ -101,10 +101,26 @@ case "$CASE" in
     { [ "$chosen" = 1 ] && [ "$resumed_syncs" = 0 ]; } || { [ "$chosen" != 1 ] && [ "$resumed_syncs" -gt 0 ]; } ||
       fail "the resumed run did not keep the mode of N = $chosen: $resumed_syncs syncs"
     note "auto chose N = $chosen ($syncs syncs, $allreduces gradient all-reduces in 16 steps); the resumed run kept it"
+    # overlap_steps = 1 asks N / F > 1 of local SGD, yet N = 1, the per-step all-reduce (no merge to
+    # delay), is offered; a penalty of 1 (N = 2 needs twice the steps) makes it the choice. The run
+    # trains the per-step mode with overlap_steps = 0 stored, which the resumed run keeps (a stored
+    # overlap of 1 with N = 1 would be refused).
+    trained auto-ovl local_sgd.enabled=true local_sgd.steps=auto local_sgd.overlap_steps=1 \
+      local_sgd.auto_step_penalty=1 train.max_steps=16 checkpoint.every_steps=8
+    expect_once "local_sgd.steps = auto chose N = 1 "
+    stored=$(python3 -c "import sys,tomllib;l=tomllib.load(open(sys.argv[1],'rb'))['local_sgd'];print(l['steps'],l['enabled'],l['overlap_steps'])" \
+      "$WORK/auto-ovl/config.toml")
+    [ "$stored" = "1 False 0" ] || fail "N = 1 with overlap_steps = 1 asked: config.toml stores steps, enabled, overlap '$stored'"
+    expect_rc 0 mpi 2 "$HPCTRAIN" train --set data.path="$WORK/lm.h5" --set train.output_dir="$WORK/auto-ovl" "${TINY[@]}" \
+      --set local_sgd.enabled=true --set local_sgd.steps=auto --set local_sgd.overlap_steps=1 \
+      --set local_sgd.auto_step_penalty=1 --set train.max_steps=24 --set checkpoint.every_steps=8 --resume
+    expect_once "local_sgd.steps = auto: 1 (the per-step gradient all-reduce) as chosen when the run started"
+    [ "$(last_metric auto-ovl syncs)" = 0 ] || fail "the resumed per-step run synced: $(last_metric auto-ovl syncs)"
     # fragments and comm_dtype = auto too: the printed choice is what config.toml stores (numbers and
-    # a dtype, not "auto"), and the resumed run keeps all three.
+    # a dtype, not "auto"), and the resumed run keeps all three. A penalty of 0 (steps do not grow
+    # with N) makes a cycle with a hidden exchange win over the blocking per-step mode: N > 1.
     trained auto-all local_sgd.enabled=true local_sgd.steps=auto local_sgd.fragments=auto local_sgd.comm_dtype=auto \
-      local_sgd.overlap_steps=1 train.max_steps=16 checkpoint.every_steps=8
+      local_sgd.overlap_steps=1 local_sgd.auto_step_penalty=0 train.max_steps=16 checkpoint.every_steps=8
     # comm_dtype = auto weighs bf16, int8 and int4: each one's alltoall + allgather is timed beside the
     # fp32 all-reduce.
     fit="[0-9.]+ MB/s / [0-9.]+ ms"
@@ -120,7 +136,9 @@ case "$CASE" in
     [ "$stored" = "$n $f $d" ] || fail "chose '$n $f $d', config.toml stores '$stored'"
     expect_rc 0 mpi 2 "$HPCTRAIN" train --set data.path="$WORK/lm.h5" --set train.output_dir="$WORK/auto-all" "${TINY[@]}" \
       --set local_sgd.enabled=true --set local_sgd.steps=auto --set local_sgd.fragments=auto --set local_sgd.comm_dtype=auto \
-      --set local_sgd.overlap_steps=1 --set train.max_steps=24 --set checkpoint.every_steps=8 --resume
+      --set local_sgd.overlap_steps=1 --set local_sgd.auto_step_penalty=0 --set train.max_steps=24 \
+      --set checkpoint.every_steps=8 --resume
+    [ "$n" -gt 1 ] || fail "auto-all with a penalty of 0 chose N = $n"
     expect_once "local_sgd.steps = auto: $n, $f fragment(s), $d exchange as chosen when the run started"
     grep -qF "auto chose N" "$WORK/out.txt" && fail "the resumed run measured and chose again"
     note "auto with fragments and comm_dtype chose N = $n, F = $f, $d; the resumed run kept them"

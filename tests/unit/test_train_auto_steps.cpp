@@ -71,7 +71,15 @@ TEST(AutoLocalSteps, OffersOnlyCyclesThatFitFragmentsAndOverlap) {
   EXPECT_EQ(c.steps, 8);  // a 0.25 s fragment hides under one 1 s step: the shortest cycle wins
   EXPECT_DOUBLE_EQ(c.candidates[0].step_s, 1.0);
   l.fragments = 1;
-  EXPECT_EQ(choose_local_steps(l, one_second_each(), 0).steps, 2);  // 1 s hides under 1 step: N = 1 is not offered
+  // 1 s hides under 1 step from N = 2 on; N = 1, the per-step all-reduce, is offered (overlap_steps is
+  // local SGD's) but charged blocking: 2 s per step against N = 2's 1 s x 1.045.
+  c = choose_local_steps(l, one_second_each(), 0);
+  EXPECT_EQ(candidates_of(c), (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64}));
+  EXPECT_DOUBLE_EQ(c.candidates[0].cost, 2.0);
+  EXPECT_EQ(c.steps, 2);
+  StepAndLink fast = one_second_each();
+  fast.bytes_per_s = 1e8;  // a 10 ms exchange: the per-step mode's 1.01 s beats N = 2's 1.045
+  EXPECT_EQ(choose_local_steps(l, fast, 0).steps, 1);
   l.overlap_steps = 0;
   // At least 4 exchanges in the run: 40 steps allow N <= 10.
   EXPECT_EQ(candidates_of(choose_local_steps(l, one_second_each(), 40)), (std::vector<int64_t>{1, 2, 4, 8}));

@@ -22,6 +22,7 @@ log2 N through the origin (the model has no other parameter); also per seed, for
 
   jobs/bench/steps_to_loss.py --out runs/steps-to-loss                      # N = 1..32, seeds 1,2,3
   jobs/bench/steps_to_loss.py --modes n2,n8,lsgd8-i4,stream16-i4 --seeds 1  # any fixed-N mode of time_to_quality.py
+  jobs/bench/steps_to_loss.py --modes n2-o1,n4-o1 --seeds 1,2  # nK-oT: N = K, each average merged T steps later
 
 Writes <out>/steps_to_loss.md (tables, fit, command, date), steps_to_loss.csv, runs/<mode>-s<seed>/.
 """
@@ -45,13 +46,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def mode_sets(name):
     """(hpctrain --set overrides, N) of a mode: nK = plain local SGD with N = K (n1 = per-step averaging),
-    or a fixed-N hpctrain mode of time_to_quality.py."""
-    m = re.fullmatch(r"n(\d+)", name)
+    nK-oT the same with each average merged T steps after it starts (local_sgd.overlap_steps = T), or a
+    fixed-N hpctrain mode of time_to_quality.py."""
+    m = re.fullmatch(r"n(\d+)(?:-o(\d+))?", name)
     if m:
-        n = int(m.group(1))
+        n, overlap = int(m.group(1)), int(m.group(2) or 0)
         if n < 1:
             raise ValueError(f"mode {name}: N must be >= 1")
-        return (ttq.MODES["dp"][1] if n == 1 else ttq.LSGD + [f"local_sgd.steps={n}"]), n
+        if overlap and not 0 < overlap < n:
+            raise ValueError(f"mode {name}: the overlap must be in 1..N-1")
+        if n == 1:
+            return ttq.MODES["dp"][1], 1
+        return ttq.LSGD + [f"local_sgd.steps={n}"] + ([f"local_sgd.overlap_steps={overlap}"] if overlap else []), n
     if name not in ttq.MODES or ttq.MODES[name][0] != "ours" or ttq.MODES[name][2] < 1:
         fixed = [k for k, v in ttq.MODES.items() if v[0] == "ours" and v[2] >= 1 and k not in ("dp",)]
         raise ValueError(f"unknown mode {name}: want nK (K >= 1) or one of {', '.join(fixed)}")

@@ -168,10 +168,11 @@ def report(a, res, started):
     pts = [(a.sets[m][1], res.get((m, s), {}).get("ratio")) for m in plain for s in a.seeds]
     p_all = fit(pts)
     per_seed = {s: fit([(a.sets[m][1], res.get((m, s), {}).get("ratio")) for m in plain]) for s in a.seeds}
-    lines += ["", f"Fitted penalty over the plain modes ({', '.join(plain)}), all seeds: "
-                  f"**{rep.fmt(p_all, '{:.4f}')}**; per seed: "
-              + ", ".join(f"seed {s} {rep.fmt(v, '{:.4f}')}" for s, v in per_seed.items())
-              + f" (local_sgd.auto_step_penalty's default: {a.penalty_default})."]
+    if plain:  # the penalty is fitted on plain averaging only (nK without overlap)
+        lines += ["", f"Fitted penalty over the plain modes ({', '.join(plain)}), all seeds: "
+                      f"**{rep.fmt(p_all, '{:.4f}')}**; per seed: "
+                  + ", ".join(f"seed {s} {rep.fmt(v, '{:.4f}')}" for s, v in per_seed.items())
+                  + f" (local_sgd.auto_step_penalty's default: {a.penalty_default})."]
     if p_all is not None:
         worst = max((abs(r - (1 + p_all * math.log2(n))) / r, n, r) for n, r in pts if n > 1 and r)
         lines.append(f"Largest misfit of the fitted line: {100 * worst[0]:.1f} % (N = {worst[1]}, ratio {worst[2]:.3f}).")

@@ -46,7 +46,8 @@ int scalar_code(float v, float inv, float code_max) {
 
 void scalar_codes(const float* v, int64_t block, float inv, bool int4, uint8_t* out) {
   if (!int4) {
-    for (int64_t i = 0; i < block; ++i) out[i] = static_cast<uint8_t>(static_cast<int8_t>(scalar_code(v[i], inv, 127.0f)));
+    for (int64_t i = 0; i < block; ++i)
+      out[i] = static_cast<uint8_t>(static_cast<int8_t>(scalar_code(v[i], inv, 127.0f)));
     return;
   }
   for (int64_t i = 0; i < block; i += 2)

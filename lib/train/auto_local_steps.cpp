@@ -196,8 +196,9 @@ std::string fragments_text(const config::LocalSgdConfig& l) {
 std::string encoded_text(const StepAndLink& m) {
   std::string out;
   for (const auto& [dtype, fit] : m.encoded)
-    out += fmt::format("{}{} {:.1f} MB/s / {:.2f} ms", out.empty() ? "; encoded (alltoall + allgather of two sizes): " : ", ",
-                       config::name_of(dtype), fit.bytes_per_s / 1e6, fit.latency_s * 1e3);
+    out += fmt::format("{}{} {:.1f} MB/s / {:.2f} ms",
+                       out.empty() ? "; encoded (alltoall + allgather of two sizes): " : ", ", config::name_of(dtype),
+                       fit.bytes_per_s / 1e6, fit.latency_s * 1e3);
   return out;
 }
 
@@ -353,7 +354,9 @@ void resolve_local_steps(config::Config& cfg, model::Gpt& gpt, comm::Communicato
   Stopwatch probe;
   const StepAndLink m = measure_step_and_link(gpt, comm, cfg, device);
   const LocalStepsChoice c = choose_local_steps(l, m, total_steps, gpt->options().n_layer);
-  const std::string asked = fmt::format("fragments {}, comm_dtype {}", fragments_text(l), config::name_of(l.comm_dtype));
+  const std::string asked =
+      fmt::format("fragments {}, comm_dtype {}{}", fragments_text(l), config::name_of(l.comm_dtype),
+                  l.overlap_steps > 0 ? fmt::format(", overlap {} steps", l.overlap_steps) : "");
   l.steps = c.steps;
   l.fragments = c.fragments;
   l.comm_dtype = c.dtype;
@@ -367,13 +370,13 @@ void resolve_local_steps(config::Config& cfg, model::Gpt& gpt, comm::Communicato
   }
   if (comm.rank() != 0) return;
   HT_INFO("local_sgd.steps = auto: compute step {:.3f} s; link: {:.1f} MB/s, latency {:.2f} ms (fp32 all-reduce of "
-          "two sizes over {} ranks){}; measured in {:.1f} s; an exchange carries {} values{} ({}{}); assumed steps to a "
+          "two sizes over {} ranks){}; measured in {:.1f} s; an exchange carries {} values{} ({}); assumed steps to a "
           "loss 1 + {} x log2 N{}",
           m.compute_s, m.bytes_per_s / 1e6, m.latency_s * 1e3, comm.size(),
           encoded_text(m),
           probe.seconds(), m.exchange_values,
           m.moment_values > 0 ? fmt::format(" and {} optimizer moments", m.moment_values) : "", asked,
-          l.overlap_steps > 0 ? fmt::format(", overlap {} steps", l.overlap_steps) : "", l.auto_step_penalty,
+          l.auto_step_penalty,
           search ? fmt::format("; the same steps for every dtype and F; a coarser dtype or more fragments only when "
                                ">= {:.0f} % faster",
                                kAutoMargin * 100)

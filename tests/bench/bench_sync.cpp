@@ -79,8 +79,9 @@ void BM_LocalSgdSync(benchmark::State& state, const Shape& shape, ht::config::Ex
   torch::manual_seed(0);
   ht::model::Gpt gpt(shape.options);
   auto dp = ht::train::make_data_parallel(*gpt, *g_comm, config_of(true, dtype));
-  const std::string key = shape.name + "/lsgd_sync" +
-                          (dtype == ht::config::ExchangeDtype::kFp32 ? "" : "_" + std::string(ht::config::name_of(dtype)));
+  const std::string suffix =
+      dtype == ht::config::ExchangeDtype::kFp32 ? "" : "_" + std::string(ht::config::name_of(dtype));
+  const std::string key = shape.name + "/lsgd_sync" + suffix;
   timed_loop(state, key, [&] { dp->after_update(); });  // N = 1: every call is one sync
   state.counters["MiB"] = static_cast<double>(dp->stats().bytes_last_sync) / (1 << 20);
 }
@@ -171,7 +172,8 @@ void register_shape(const Shape& shape, int iterations) {
   reg("grad_allreduce", [shape](benchmark::State& st) { BM_GradAllreduce(st, shape); });
   reg("lsgd_sync", [shape](benchmark::State& st) { BM_LocalSgdSync(st, shape, ht::config::ExchangeDtype::kFp32); });
   reg("lsgd_sync_int8", [shape](benchmark::State& st) { BM_LocalSgdSync(st, shape, ht::config::ExchangeDtype::kInt8); });
-  reg("lsgd_sync_int4", [shape](benchmark::State& st) { BM_LocalSgdSync(st, shape, ht::config::ExchangeDtype::kInt4); });
+  reg("lsgd_sync_int4",
+      [shape](benchmark::State& st) { BM_LocalSgdSync(st, shape, ht::config::ExchangeDtype::kInt4); });
   reg("paired", [shape](benchmark::State& st) { BM_Paired(st, shape); });
   reg("pack", [shape](benchmark::State& st) { BM_Pack(st, shape); });
   reg("checksum", [shape](benchmark::State& st) { BM_Checksum(st, shape); });
@@ -189,11 +191,11 @@ void print_summary(const std::vector<Shape>& shapes) {
     const double paired_grad = get("paired_grad_allreduce"), paired_sync = get("paired_lsgd_sync");
     if (grad <= 0 && paired_grad <= 0) continue;
     std::printf("SUMMARY %-6s collective=%.2f ms grad_allreduce=%.2f ms lsgd_sync=%.2f ms lsgd_sync_int8=%.2f ms "
-                "lsgd_sync_int4=%.2f ms pack=%.2f ms checksum=%.2f ms sync/grad_allreduce=%.3f paired: %.2f / %.2f ms = %.3f\n",
+                "lsgd_sync_int4=%.2f ms pack=%.2f ms checksum=%.2f ms sync/grad_allreduce=%.3f "
+                "paired: %.2f / %.2f ms = %.3f\n",
                 s.name.c_str(), get("collective") * 1e3, grad * 1e3, sync * 1e3, get("lsgd_sync_int8") * 1e3,
-                get("lsgd_sync_int4") * 1e3,
-                get("pack") * 1e3, get("checksum") * 1e3, grad > 0 ? sync / grad : 0.0, paired_sync * 1e3,
-                paired_grad * 1e3, paired_grad > 0 ? paired_sync / paired_grad : 0.0);
+                get("lsgd_sync_int4") * 1e3, get("pack") * 1e3, get("checksum") * 1e3, grad > 0 ? sync / grad : 0.0,
+                paired_sync * 1e3, paired_grad * 1e3, paired_grad > 0 ? paired_sync / paired_grad : 0.0);
   }
 }
 

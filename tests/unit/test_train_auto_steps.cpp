@@ -136,8 +136,8 @@ TEST(AutoLocalSteps, EncodedExchangesAreChargedTheirOwnTimedLatencyAndRate) {
   StepAndLink m = one_second_each();
   m.bytes_per_s = 1e4;
   m.latency_s = 0.5;
-  for (const auto d : {ht::config::ExchangeDtype::kBf16, ht::config::ExchangeDtype::kInt8, ht::config::ExchangeDtype::kInt4})
-    m.encoded[d] = {2.0, 5e3};
+  using D = ht::config::ExchangeDtype;
+  for (const auto d : {D::kBf16, D::kInt8, D::kInt4}) m.encoded[d] = {2.0, 5e3};
   auto c = choose_local_steps(l, m, 0);
   EXPECT_DOUBLE_EQ(c.candidates[6].step_s, 1.0 + (0.5 + 1e6 / 1e4) / 64);         // fp32, N = 64
   EXPECT_DOUBLE_EQ(c.candidates[25].step_s, 1.0 + (2.0 + 140652.0 / 5e3) / 64);   // int4, N = 64

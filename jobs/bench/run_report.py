@@ -29,6 +29,19 @@ def reaches(loss, target):
     return loss <= target + TARGET_TOLERANCE
 
 
+def crossing(evals, target):
+    """(first evaluated step at or below the target, the step where the loss crosses it by linear
+    interpolation from the evaluation before) or (None, None). evals: (step, loss, ...) in step order."""
+    prev = None
+    for step, loss, *_ in evals:
+        if reaches(loss, target):
+            if prev is None or prev[1] <= loss:
+                return step, float(step)
+            return step, prev[0] + (step - prev[0]) * (prev[1] - target) / (prev[1] - loss)
+        prev = (step, loss)
+    return None, None
+
+
 def read_metrics(path):
     """The metrics lines of a run as dicts; a torn or malformed line (a run killed mid-write) is skipped."""
     rows = []

@@ -38,7 +38,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import run_report as rep  # noqa: E402  (reaches, TARGET_TOLERANCE, md_table, write_csv)
+import run_report as rep  # noqa: E402  (crossing, reaches, TARGET_TOLERANCE, md_table, write_csv)
 import time_to_quality as ttq  # noqa: E402  (MODES, add_config_args, write_config)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -109,19 +109,6 @@ def run(a, mode, seed, steps, target):
         raise RuntimeError(f"{name}: exit {rc} (log {out}.log)")
     rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
     return [(r["step"], r["eval_loss"], r.get("eval_loss_stderr")) for r in rows if "eval_loss" in r]
-
-
-def crossing(evals, target):
-    """(first evaluated step at or below the target, the step where the loss crosses it by linear
-    interpolation from the evaluation before) or (None, None)."""
-    prev = None
-    for step, loss, _ in evals:
-        if rep.reaches(loss, target):
-            if prev is None or prev[1] <= loss:
-                return step, float(step)
-            return step, prev[0] + (step - prev[0]) * (prev[1] - target) / (prev[1] - loss)
-        prev = (step, loss)
-    return None, None
 
 
 def fit(points):
@@ -208,13 +195,13 @@ def main(argv):
         hit = next((l for s, l, _ in evals if s == a.target_step), None)
         if hit is None:
             sys.exit(f"steps_to_loss: dp logged no evaluation at step {a.target_step}")
-        step, cross = crossing(evals, hit)
+        step, cross = rep.crossing(evals, hit)
         res[("n1", seed)] = {"evals": evals, "target": hit, "step": step, "crossing": cross}
         log(f"seed {seed}: target {hit:.4f} (dp, step {a.target_step}; crossing {cross:.1f})")
         for mode in a.modes:
             try:
                 ev = run(a, mode, seed, a.max_steps, hit)
-                step, cross = crossing(ev, hit)
+                step, cross = rep.crossing(ev, hit)
                 res[(mode, seed)] = {"evals": ev, "step": step, "crossing": cross}
                 log(f"seed {seed} {mode}: " + (f"step {step} (crossing {cross:.1f}, {cross / res[('n1', seed)]['crossing']:.3f}x dp)"
                                                if step else f"not reached in {a.max_steps} steps"))

@@ -249,8 +249,17 @@ def summarize(rows, target, wire, wall, stopped):
         r = by_step.get(hit[0], {})
         s.update(tts=cum.get(hit[0]), tts_step=hit[0],
                  bytes_to_target=r.get("bytes_sent", 0) - r.get("inner_bytes_sent", 0))
+        _, x = rep.crossing(evals, target)
+        s.update(ttc=time_at_step(cum, x), ttc_step=x)
     s["stderr"] = statistics.median(e for _, _, e in evals if e is not None) if any(e for _, _, e in evals) else None
     return s
+
+
+def time_at_step(cum, x):
+    """Training seconds at the fractional step x: the step's seconds shared out linearly."""
+    lo = math.floor(x)
+    t_lo = cum.get(lo, 0.0)
+    return t_lo if x == lo else t_lo + (x - lo) * (cum.get(lo + 1, t_lo) - t_lo)
 
 
 def loss_at(s, seconds):
@@ -285,9 +294,9 @@ def report(a, results, started, nocomm):
              f"step {a.target_step}; budget {a.budget} x DDP's time; evaluations every {a.eval_every} steps "
              f"({'the whole validation split' if a.eval_batches == 0 else f'{a.eval_batches} batches of 16'}); "
              f"seeds {a.seeds}.", "", f"Command: `{a.command}`", "",
-             "| link | mode | time to target s | vs DDP | steps to target | payload MB to target | vs DDP bytes | "
-             "loss at DDP's time | compute-bound ratio | eval stderr |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| link | mode | time to target s | vs DDP | steps to target | at the crossing s (step) | vs DDP there | "
+             "payload MB to target | vs DDP bytes | loss at DDP's time | compute-bound ratio | eval stderr |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for link in a.links:
         for mode in a.modes:
             per = [results.get((link, mode, seed)) for seed in a.seeds]
@@ -295,7 +304,7 @@ def report(a, results, started, nocomm):
             ok = [p for p in per if p and "error" not in p]
             if not ok:
                 err = next((p.get("error") for p in per if p), "not run")
-                lines.append(f"| {link} | {mode} | FAILED: {err} | | | | | | | |")
+                lines.append(f"| {link} | {mode} | FAILED: {err} | | | | | | | | | |")
                 continue
             reached = [p for p in ok if p.get("tts")]
             tts = statistics.mean(p["tts"] for p in reached) if len(reached) == len(ok) else None
@@ -303,6 +312,9 @@ def report(a, results, started, nocomm):
             bratio = [d["bytes_to_target"] / p["bytes_to_target"] for p, d in zip(per, ddp)
                       if p and d and p.get("bytes_to_target") and d.get("bytes_to_target")]
             steps = statistics.mean(p["tts_step"] for p in reached) if reached else None
+            ttc = statistics.mean(p["ttc"] for p in reached) if len(reached) == len(ok) and reached else None
+            ttc_step = statistics.mean(p["ttc_step"] for p in reached) if reached else None
+            cratios = [d["ttc"] / p["ttc"] for p, d in zip(per, ddp) if p and d and p.get("ttc") and d.get("ttc")]
             mb = statistics.mean(p["bytes_to_target"] for p in reached) / 1e6 if reached else None
             at = [loss_at(p, d["tts"]) for p, d in zip(per, ddp) if p and d and d.get("tts")]
             at = [x for x in at if x is not None]
@@ -312,12 +324,16 @@ def report(a, results, started, nocomm):
             label = f"{mode} (N = {', '.join(chosen)})" if chosen else mode
             lines.append(
                 f"| {link} | {label} | {fmt(tts)}{note} | {fmt(statistics.mean(ratios), '{:.2f}x') if ratios else '-'} | "
-                f"{fmt(steps, '{:.0f}')} | {fmt(mb, '{:.2f}')} | {fmt(statistics.mean(bratio), '{:.0f}x') if bratio else '-'} | "
+                f"{fmt(steps, '{:.0f}')} | {fmt(ttc)} ({fmt(ttc_step)}) | "
+                f"{fmt(statistics.mean(cratios), '{:.2f}x') if cratios else '-'} | {fmt(mb, '{:.2f}')} | {fmt(statistics.mean(bratio), '{:.0f}x') if bratio else '-'} | "
                 f"{fmt(statistics.mean(at), '{:.4f}') if at else '-'} | {fmt(cb, '{:.2f}')} | "
                 f"{fmt(statistics.median(p['stderr'] for p in ok if p.get('stderr')), '{:.4f}') if any(p.get('stderr') for p in ok) else '-'} |")
     lines += ["", "time to target: training seconds (sum of step seconds; evaluations and start-up excluded) to the "
               "first evaluation at or below the target, mean over the seeds; vs DDP: mean of DDP's time / the mode's "
-              "per seed. payload: bytes one rank handed to MPI up to that step (hierarchical: across groups only; "
+              "per seed. at the crossing: the training seconds (and step) where the eval loss crosses the target, "
+              "interpolated linearly between the evaluations around it (what a finer evaluation grid would show; a "
+              "mode crossing just after DDP's step is otherwise charged up to a whole evaluation interval), vs DDP "
+              "there likewise. payload: bytes one rank handed to MPI up to that step (hierarchical: across groups only; "
               "DDP: the gradient bytes of its steps). compute-bound ratio: time to target / (steps to target x the "
               "step time of a run that never exchanges: " +
               ", ".join(f"{l} {fmt(nocomm.get(l), '{:.3f}')} s" for l in a.links) + "). eval stderr: standard error of "
@@ -372,10 +388,12 @@ unset multiplot
 def write_csv(a, results):
     rep.write_csv(os.path.join(a.out, "ttq.csv"),
                   ["link", "mode", "seed", "target", "tts_s", "tts_step", "bytes_to_target", "train_s", "steps",
-                   "final_eval_loss", "stderr", "wire_bytes", "stopped_by_budget", "error"],
+                   "final_eval_loss", "stderr", "wire_bytes", "stopped_by_budget", "error", "crossing_s",
+                   "crossing_step"],
                   [[link, mode, seed, s.get("target"), s.get("tts"), s.get("tts_step"), s.get("bytes_to_target"),
                     s.get("train_s"), s.get("steps"), s["evals"][-1][1] if s.get("evals") else None,
-                    s.get("stderr"), s.get("wire"), s.get("stopped_by_budget"), s.get("error")]
+                    s.get("stderr"), s.get("wire"), s.get("stopped_by_budget"), s.get("error"), s.get("ttc"),
+                    s.get("ttc_step")]
                    for (link, mode, seed), s in sorted(results.items())])
 
 
@@ -412,7 +430,8 @@ def main(argv):
                     raise se.RunFailed(f"DDP logged no evaluation at step {a.target_step}: --target-step must be a "
                                        f"multiple of --eval-every")
                 target = hit[1]
-                ddp.update(target=target, tts=ddp["cum"][hit[0]], tts_step=hit[0])
+                ddp.update(target=target, tts=ddp["cum"][hit[0]], tts_step=hit[0], ttc=ddp["cum"][hit[0]],
+                           ttc_step=float(hit[0]))
                 ddp["bytes_to_target"] = ddp.get("bytes_to_target") or ddp_bytes(a, link, seed, hit[0])
                 se.log(f"{link} seed {seed}: target {target:.4f} (DDP step {hit[0]}, {ddp['tts']:.1f} s)")
                 for mode in a.modes:

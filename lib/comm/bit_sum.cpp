@@ -31,6 +31,19 @@ uint64_t scalar_scale_sum(float* p, int64_t n, float scale) {
   return acc;
 }
 
+uint64_t scalar_subtract_copy_sum(float* target, const float* delta, float* dst, int64_t n) {
+  uint64_t acc = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = delta != nullptr ? target[i] - delta[i] : target[i];
+    target[i] = v;
+    dst[i] = v;
+    int32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    acc += static_cast<uint64_t>(static_cast<int64_t>(bits));
+  }
+  return acc;
+}
+
 #if defined(__x86_64__)
 // GCC 12's intrinsic headers make their "undefined" vectors by initialising a variable from itself
 // (`__Y = __Y`), which -Wuninitialized reports once those intrinsics are inlined into the kernels.
@@ -117,6 +130,43 @@ __attribute__((target("avx512f"))) uint64_t avx512_scale_sum(float* p, int64_t n
   }
   return static_cast<uint64_t>(_mm512_reduce_add_epi64(_mm512_add_epi64(a, b))) + scalar_scale_sum(p + i, n - i, scale);
 }
+__attribute__((target("avx2"))) uint64_t avx2_subtract_copy_sum(float* target, const float* delta, float* dst,
+                                                                 int64_t n) {
+  __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(target + i);
+    if (delta != nullptr) {
+      v = _mm256_sub_ps(v, _mm256_loadu_ps(delta + i));
+      _mm256_storeu_ps(target + i, v);
+    }
+    _mm256_storeu_ps(dst + i, v);
+    const __m256i bits = _mm256_castps_si256(v);
+    a = _mm256_add_epi64(a, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(bits)));
+    b = _mm256_add_epi64(b, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(bits, 1)));
+  }
+  return lanes_sum(_mm256_add_epi64(a, b)) +
+         scalar_subtract_copy_sum(target + i, delta != nullptr ? delta + i : nullptr, dst + i, n - i);
+}
+
+__attribute__((target("avx512f"))) uint64_t avx512_subtract_copy_sum(float* target, const float* delta, float* dst,
+                                                                     int64_t n) {
+  __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 v = _mm512_loadu_ps(target + i);
+    if (delta != nullptr) {
+      v = _mm512_sub_ps(v, _mm512_loadu_ps(delta + i));
+      _mm512_storeu_ps(target + i, v);
+    }
+    _mm512_storeu_ps(dst + i, v);
+    const __m512i bits = _mm512_castps_si512(v);
+    a = _mm512_add_epi64(a, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(bits)));
+    b = _mm512_add_epi64(b, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(bits, 1)));
+  }
+  return static_cast<uint64_t>(_mm512_reduce_add_epi64(_mm512_add_epi64(a, b))) +
+         scalar_subtract_copy_sum(target + i, delta != nullptr ? delta + i : nullptr, dst + i, n - i);
+}
 #pragma GCC diagnostic pop
 #endif
 
@@ -193,6 +243,15 @@ int64_t scale_summing_bits(float* data, int64_t n, float scale, BitSumPath path)
   if (path == BitSumPath::kAvx2) return static_cast<int64_t>(avx2_scale_sum(data, n, scale));
 #endif
   return static_cast<int64_t>(scalar_scale_sum(data, n, scale));
+}
+
+int64_t subtract_copy_summing_bits(float* target, const float* delta, float* dst, int64_t n, BitSumPath path) {
+  require_runs(path, "subtract_copy_summing_bits");
+#if defined(__x86_64__)
+  if (path == BitSumPath::kAvx512) return static_cast<int64_t>(avx512_subtract_copy_sum(target, delta, dst, n));
+  if (path == BitSumPath::kAvx2) return static_cast<int64_t>(avx2_subtract_copy_sum(target, delta, dst, n));
+#endif
+  return static_cast<int64_t>(scalar_subtract_copy_sum(target, delta, dst, n));
 }
 
 }  // namespace ht::comm

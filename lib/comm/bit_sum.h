@@ -28,4 +28,11 @@ int64_t sum_of_bits(const void* data, int64_t n, size_t element_size, BitSumPath
 // single-precision multiplications on every path, so the stored values match a plain loop's.
 int64_t scale_summing_bits(float* data, int64_t n, float scale, BitSumPath path = best_bit_sum_path());
 
+// target[i] -= delta[i] (delta may be null: no subtraction, or dst itself), then dst[i] = target[i],
+// for the n floats, returning sum_of_bits of the new target: a blocking outer step without momentum,
+// the copy of its result into the parameters and the checksum's read in one pass over the memory.
+// The differences are IEEE single-precision subtractions on every path, as ATen's sub_ makes them.
+int64_t subtract_copy_summing_bits(float* target, const float* delta, float* dst, int64_t n,
+                                   BitSumPath path = best_bit_sum_path());
+
 }  // namespace ht::comm

@@ -98,7 +98,7 @@ ParamAverager::ParamAverager(Communicator& comm, const std::vector<torch::Tensor
       opts_.bucket_mb <= 0 ? padded_numel_ : std::max(unit, (f32 ? opts_.bucket_mb * kMiB / 4 : wanted) / unit * unit);
   for (int64_t b = 0; b < padded_numel_; b += bucket_elems)
     buckets_.push_back({b, std::min(bucket_elems, padded_numel_ - b)});
-  if (!f32) rows_ = torch::empty({world, buckets_.front().count / world}, flat_.options());
+  if (!f32) sum_ = torch::empty({buckets_.front().count / world}, flat_.options());
 
   if (opts_.announce)
     HT_INFO("comm: averaging {} = {} tensors, {} elements, {:.2f} MiB per exchange in {}, {} bucket(s), {}",
@@ -294,16 +294,17 @@ void ParamAverager::copy_from_wire(bool scale, int64_t* bit_sum) {
 }
 
 // The reduce-scatter half of encoded bucket i is in recv_: chunk j came from rank j. Decode the
-// rows, sum them in fp32 in rank order, scale, encode the mean once into this rank's chunk, then
-// allgather the chunks (blocking, or started and kept in gathers_[i]). Every rank decodes the same
-// bytes afterwards: the replicas agree bitwise.
+// rows, each added onto the sum of those before it (fp32, rank order: one buffer, one pass per row),
+// scale, encode the mean once into this rank's chunk, then allgather the chunks (blocking, or
+// started and kept in gathers_[i]). Every rank decodes the same bytes afterwards: the replicas
+// agree bitwise.
 void ParamAverager::finish_coded_bucket(size_t i, bool blocking) {
   const Bucket& b = buckets_[i];
   const int64_t world = comm_.size(), per = b.count / world;
-  auto rows = rows_.narrow(1, 0, per);
+  auto mean = sum_.narrow(0, 0, per);
   for (int64_t j = 0; j < world; ++j)
-    decode(wire_slice(recv_, b.begin + j * per, per), opts_.dtype, opts_.quant_block, rows[j]);
-  auto mean = rows.sum(0).mul_(1.0 / static_cast<double>(world));
+    decode(wire_slice(recv_, b.begin + j * per, per), opts_.dtype, opts_.quant_block, mean, /*add=*/j > 0);
+  mean.mul_(1.0 / static_cast<double>(world));
   const int64_t mine = b.begin + comm_.rank() * per;
   encode(mean, opts_.dtype, opts_.quant_block, wire_slice(wire_, mine, per));
   sync_if_cuda(wire_);
@@ -464,6 +465,28 @@ uint64_t checksum(const std::vector<torch::Tensor>& tensors) {
 }
 
 uint64_t checksum_of_bit_sum(int64_t bit_sum, int64_t numel) { return chain(kFnvOffset, bit_sum, numel); }
+
+int64_t subtract_copy_summing_bits(const torch::Tensor& target, const torch::Tensor& delta, const torch::Tensor& dst) {
+  HT_REQUIRE(target.numel() == dst.numel() && (!delta.defined() || delta.numel() == target.numel()),
+             ExitCode::kRuntime, "subtract_copy_summing_bits: tensors of {}, {} and {} elements", target.numel(),
+             delta.defined() ? delta.numel() : 0, dst.numel());
+  torch::NoGradGuard no_grad;
+  const auto cpu_fp32 = [](const torch::Tensor& t) {
+    return t.is_cpu() && t.scalar_type() == torch::kFloat && t.is_contiguous();
+  };
+  if (cpu_fp32(target) && cpu_fp32(dst) && (!delta.defined() || cpu_fp32(delta))) {
+    auto* out = dst.data_ptr<float>();
+    auto* values = target.data_ptr<float>();
+    const float* minus = delta.defined() ? delta.data_ptr<float>() : nullptr;
+    return chunked_sum(target.numel(), [&](int64_t first, int64_t count) {
+      return subtract_copy_summing_bits(values + first, minus != nullptr ? minus + first : nullptr, out + first,
+                                        count);
+    });
+  }
+  if (delta.defined()) target.sub_(delta);
+  dst.copy_(target);
+  return raw_bit_sum(target);
+}
 
 void verify_replicas_equal(Communicator& comm, uint64_t local_checksum, const std::string& what) {
   require_agreement(comm, local_checksum, ExitCode::kRuntime,

@@ -117,7 +117,7 @@ class ParamAverager {
   torch::Tensor flat_;   // fp32, device
   torch::Tensor wire_;   // what MPI sees: fp32 (== flat_ when direct), else the encoded bytes (uint8); host when staged
   torch::Tensor recv_;   // encoded exchanges only: alltoall receive buffer (same shape as wire_)
-  torch::Tensor rows_;   // encoded exchanges only: the decoded [W, chunk] rows of one bucket (fp32, device)
+  torch::Tensor sum_;    // encoded exchanges only: one chunk's rows decoded and added up (fp32, device)
   std::vector<Bucket> buckets_;
   std::vector<std::unique_ptr<Request>> requests_;  // one per bucket once started (fp32: the all-reduce;
                                                    // encoded: the reduce-scatter half)
@@ -132,6 +132,10 @@ class ParamAverager {
 uint64_t checksum(const std::vector<torch::Tensor>& tensors);
 // checksum({t}) from t's numel and a bit sum already taken (ParamAverager::allreduce_mean's).
 uint64_t checksum_of_bit_sum(int64_t bit_sum, int64_t numel);
+// target -= delta (when delta is defined; it may be dst), then dst := target, returning the bit sum
+// checksum({target}) is made of: one pass over the memory for fp32 contiguous CPU tensors of one
+// size (comm/bit_sum.h, split over the intra-op threads); the ATen operations and a read otherwise.
+int64_t subtract_copy_summing_bits(const torch::Tensor& target, const torch::Tensor& delta, const torch::Tensor& dst);
 // Allgathers checksum; throws ht::Error(kRuntime) on every rank, naming the ranks that differ from rank 0.
 void verify_replicas_equal(Communicator& comm, uint64_t local_checksum, const std::string& what);
 // Copies root's tensors into every rank's tensors (any device; CUDA goes through host memory).

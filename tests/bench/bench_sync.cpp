@@ -7,6 +7,8 @@
 //                   (telemetry on, defaults: drift sample, checksum, consistency agreement)
 //   lsgd_sync_int8  the same with local_sgd.comm_dtype = int8 (quantized delta exchange)
 //   lsgd_sync_int4  and with int4
+//   lsgd_sync_diloco  fp32 with local_sgd.outer = diloco (the outer Nesterov step on the averaged
+//                   pseudo-gradient, the default outer lr and momentum)
 //   paired          grad_allreduce and lsgd_sync alternating in one loop (the ratio to read)
 // and the pieces of a sync:
 //   pack            copying the parameters into the exchange buffer (what an unbound sync pays)
@@ -57,11 +59,13 @@ void timed_loop(benchmark::State& state, const std::string& key, Op op) {
   g_mean_seconds[key] = total / static_cast<double>(state.iterations());
 }
 
-ht::config::Config config_of(bool local, ht::config::ExchangeDtype dtype) {
+ht::config::Config config_of(bool local, ht::config::ExchangeDtype dtype,
+                              ht::config::OuterOptimizer outer = ht::config::OuterOptimizer::kAverage) {
   ht::config::Config c;
   c.local_sgd.enabled = local;
   c.local_sgd.steps = 1;
   c.local_sgd.comm_dtype = dtype;
+  c.local_sgd.outer = outer;
   return c;
 }
 
@@ -75,12 +79,13 @@ void BM_GradAllreduce(benchmark::State& state, const Shape& shape) {
   state.counters["MiB"] = static_cast<double>(dp->stats().bytes_per_grad_allreduce) / (1 << 20);
 }
 
-void BM_LocalSgdSync(benchmark::State& state, const Shape& shape, ht::config::ExchangeDtype dtype) {
+void BM_LocalSgdSync(benchmark::State& state, const Shape& shape, ht::config::ExchangeDtype dtype,
+                     ht::config::OuterOptimizer outer = ht::config::OuterOptimizer::kAverage) {
   torch::manual_seed(0);
   ht::model::Gpt gpt(shape.options);
-  auto dp = ht::train::make_data_parallel(*gpt, *g_comm, config_of(true, dtype));
-  const std::string suffix =
-      dtype == ht::config::ExchangeDtype::kFp32 ? "" : "_" + std::string(ht::config::name_of(dtype));
+  auto dp = ht::train::make_data_parallel(*gpt, *g_comm, config_of(true, dtype, outer));
+  std::string suffix = dtype == ht::config::ExchangeDtype::kFp32 ? "" : "_" + std::string(ht::config::name_of(dtype));
+  if (outer != ht::config::OuterOptimizer::kAverage) suffix += "_" + std::string(ht::config::name_of(outer));
   const std::string key = shape.name + "/lsgd_sync" + suffix;
   timed_loop(state, key, [&] { dp->after_update(); });  // N = 1: every call is one sync
   state.counters["MiB"] = static_cast<double>(dp->stats().bytes_last_sync) / (1 << 20);
@@ -174,6 +179,9 @@ void register_shape(const Shape& shape, int iterations) {
   reg("lsgd_sync_int8", [shape](benchmark::State& st) { BM_LocalSgdSync(st, shape, ht::config::ExchangeDtype::kInt8); });
   reg("lsgd_sync_int4",
       [shape](benchmark::State& st) { BM_LocalSgdSync(st, shape, ht::config::ExchangeDtype::kInt4); });
+  reg("lsgd_sync_diloco", [shape](benchmark::State& st) {
+    BM_LocalSgdSync(st, shape, ht::config::ExchangeDtype::kFp32, ht::config::OuterOptimizer::kDiloco);
+  });
   reg("paired", [shape](benchmark::State& st) { BM_Paired(st, shape); });
   reg("pack", [shape](benchmark::State& st) { BM_Pack(st, shape); });
   reg("checksum", [shape](benchmark::State& st) { BM_Checksum(st, shape); });
@@ -191,10 +199,10 @@ void print_summary(const std::vector<Shape>& shapes) {
     const double paired_grad = get("paired_grad_allreduce"), paired_sync = get("paired_lsgd_sync");
     if (grad <= 0 && paired_grad <= 0) continue;
     std::printf("SUMMARY %-6s collective=%.2f ms grad_allreduce=%.2f ms lsgd_sync=%.2f ms lsgd_sync_int8=%.2f ms "
-                "lsgd_sync_int4=%.2f ms pack=%.2f ms checksum=%.2f ms sync/grad_allreduce=%.3f "
-                "paired: %.2f / %.2f ms = %.3f\n",
+                "lsgd_sync_int4=%.2f ms lsgd_sync_diloco=%.2f ms pack=%.2f ms checksum=%.2f ms "
+                "sync/grad_allreduce=%.3f paired: %.2f / %.2f ms = %.3f\n",
                 s.name.c_str(), get("collective") * 1e3, grad * 1e3, sync * 1e3, get("lsgd_sync_int8") * 1e3,
-                get("lsgd_sync_int4") * 1e3, get("pack") * 1e3, get("checksum") * 1e3, grad > 0 ? sync / grad : 0.0,
+                get("lsgd_sync_int4") * 1e3, get("lsgd_sync_diloco") * 1e3, get("pack") * 1e3, get("checksum") * 1e3, grad > 0 ? sync / grad : 0.0,
                 paired_sync * 1e3, paired_grad * 1e3, paired_grad > 0 ? paired_sync / paired_grad : 0.0);
   }
 }

@@ -8,6 +8,7 @@
 
 #include "comm/communicator.h"
 #include "comm/param_averager.h"
+#include "config/enum_names.h"
 #include "core/error.h"
 #include "train/data_parallel/local_sgd.h"
 
@@ -217,6 +218,67 @@ TEST(LocalSgd, DilocoWithOuterLrOneAndNoMomentumEqualsAveraging) {
   for (size_t i = 0; i < plain.size(); ++i) diff += (plain[i] - nesterov[i]).abs().sum().item<double>();
   EXPECT_GT(diff, 1e-4);
   expect_replicas_bitwise_equal(*comm, nesterov);
+}
+
+// A blocking outer exchange works on the parameters' own buffer: the pseudo-gradient is written over
+// them, and the outer step's result copied back in the pass that adds up the checksum's bits (one
+// pass for the plain step). Two syncs with known local moves against the rule worked out here:
+// DiLoCo's Nesterov step, the plain outer step (lr 1, no momentum), and an int8 delta (within its
+// rounding). The parameters are checked to sit back to back in one buffer, so the fused path ran.
+TEST(LocalSgd, OuterStepsOnTheParameterBufferFollowTheRuleWorkedByHand) {
+  auto comm = ht::comm::make_mpi_world();
+  struct Case {
+    double lr, momentum;
+    ht::config::ExchangeDtype dtype;
+  };
+  for (const Case c : {Case{0.7, 0.9, ht::config::ExchangeDtype::kFp32}, Case{1.0, 0.0, ht::config::ExchangeDtype::kFp32},
+                       Case{1.0, 0.0, ht::config::ExchangeDtype::kInt8}}) {
+    const std::string what = "lr " + std::to_string(c.lr) + ", momentum " + std::to_string(c.momentum) + ", " +
+                             std::string(ht::config::name_of(c.dtype));
+    auto cfg = local(1);  // fp32 through DiLoCo's rule; int8 as the plain average takes it (lr 1, no momentum)
+    cfg.outer = c.dtype == ht::config::ExchangeDtype::kFp32 ? ht::config::OuterOptimizer::kDiloco
+                                                            : ht::config::OuterOptimizer::kAverage;
+    cfg.outer_lr = c.lr;
+    cfg.outer_momentum = c.momentum;
+    cfg.comm_dtype = c.dtype;
+    cfg.quant_block = 16;
+    Replica rep(comm->rank());
+    auto dp = rep.strategy(*comm, cfg);
+    auto params = rep.params();
+    for (size_t i = 0; i + 1 < params.size(); ++i)
+      ASSERT_EQ(params[i].data_ptr<float>() + params[i].numel(), params[i + 1].data_ptr<float>())
+          << what << ": the parameters are not stored in one exchange buffer";
+    std::vector<torch::Tensor> global, momentum;
+    for (auto& p : params) global.push_back(p.detach().clone()), momentum.push_back(torch::zeros_like(p));
+    double tolerance = 1e-6;  // grows by an int8 sync's rounding
+    for (int sync = 0; sync < 2; ++sync) {
+      double rounding = 0;
+      for (size_t i = 0; i < params.size(); ++i) {
+        // Every rank's local move, drawn here on every rank: the mean is known without a collective.
+        auto mean_move = torch::zeros_like(params[i]), mine = torch::Tensor();
+        for (int r = 0; r < comm->size(); ++r) {
+          torch::manual_seed(100 * sync + 10 * static_cast<int>(i) + r);
+          auto move = torch::randn_like(params[i]) * 0.01;
+          mean_move += move / comm->size();
+          if (r == comm->rank()) mine = move;
+          if (c.dtype != ht::config::ExchangeDtype::kFp32)  // two roundings of half a block's max / 127 each
+            rounding = std::max(rounding, move.abs().max().item<double>() / 127);
+        }
+        {
+          torch::NoGradGuard no_grad;
+          params[i].add_(mine);  // the local values: the last outer values moved by this rank's steps
+        }
+        const auto g = -mean_move;  // mean of (global - local)
+        momentum[i] = momentum[i] * c.momentum + g;
+        global[i] = global[i] - (g + momentum[i] * c.momentum) * c.lr;
+      }
+      tolerance += rounding;
+      dp->after_update();  // N = 1: a sync
+      ASSERT_EQ(dp->stats().syncs, sync + 1) << what;
+      expect_close(params, global, tolerance);
+      expect_replicas_bitwise_equal(*comm, params);
+    }
+  }
 }
 
 TEST(LocalSgd, SixteenBitExchangeStaysCloseToFp32) {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 
 #include "comm/bit_sum.h"
 #include "comm/communicator.h"
@@ -151,6 +152,47 @@ TEST(CommLocal, ScaleSummingBitsEveryPathMatchesMulThenSum) {
             << ht::comm::name_of(path) << " path stores other values, n = " << n << ", scale " << scale;
       }
     }
+  }
+}
+
+// The outer step's fused pass: every path leaves in target what libtorch's sub_ leaves, copies it
+// into dst (also when dst is the delta itself, as the sync calls it) and returns its bit sum; with
+// no delta it is a copy. The tensor form, split over chunks, returns the same.
+TEST(CommLocal, SubtractCopySummingBitsEveryPathMatchesSubThenCopy) {
+  for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 33, 1000, 65536 + 5}) {
+    torch::manual_seed(n);
+    auto target = torch::randn({n}) * 1e3, delta = torch::randn({n}) * 1e-2;
+    if (n > 4) {
+      target[0] = -0.0f, target[1] = 1e-40f, target[2] = std::numeric_limits<float>::infinity();
+      delta[3] = target[3].item<float>();  // an exact zero difference
+    }
+    auto expected = target.sub(delta);
+    const int64_t expected_bits = ht::comm::sum_of_bits(expected.data_ptr(), n, 4, ht::comm::BitSumPath::kScalar);
+    const int64_t copy_bits = ht::comm::sum_of_bits(target.data_ptr(), n, 4, ht::comm::BitSumPath::kScalar);
+    const auto bytes = static_cast<size_t>(n) * 4;
+    for (auto path : ht::comm::supported_bit_sum_paths()) {
+      const std::string what = std::string(ht::comm::name_of(path)) + " path, n = " + std::to_string(n);
+      auto t = target.clone(), d = delta.clone(), out = torch::full({n}, 7.0f);
+      EXPECT_EQ(ht::comm::subtract_copy_summing_bits(t.data_ptr<float>(), d.data_ptr<float>(), out.data_ptr<float>(),
+                                                     n, path),
+                expected_bits)
+          << what;
+      EXPECT_EQ(std::memcmp(t.data_ptr(), expected.data_ptr(), bytes), 0) << what << ": target";
+      EXPECT_EQ(std::memcmp(out.data_ptr(), expected.data_ptr(), bytes), 0) << what << ": copy";
+      EXPECT_EQ(std::memcmp(d.data_ptr(), delta.data_ptr(), bytes), 0) << what << ": the delta was written";
+      t = target.clone(), d = delta.clone();  // the delta is the destination
+      ht::comm::subtract_copy_summing_bits(t.data_ptr<float>(), d.data_ptr<float>(), d.data_ptr<float>(), n, path);
+      EXPECT_EQ(std::memcmp(d.data_ptr(), expected.data_ptr(), bytes), 0) << what << ": copy over the delta";
+      t = target.clone(), out = torch::zeros({n});
+      EXPECT_EQ(ht::comm::subtract_copy_summing_bits(t.data_ptr<float>(), nullptr, out.data_ptr<float>(), n, path),
+                copy_bits)
+          << what << ", no delta";
+      EXPECT_EQ(std::memcmp(out.data_ptr(), target.data_ptr(), bytes), 0) << what << ": plain copy";
+    }
+    auto t = target.clone(), d = delta.clone();
+    EXPECT_EQ(ht::comm::subtract_copy_summing_bits(t, d, d), expected_bits) << "tensor form, n = " << n;
+    EXPECT_EQ(std::memcmp(d.data_ptr(), expected.data_ptr(), bytes), 0) << "tensor form, n = " << n;
+    EXPECT_EQ(ht::comm::checksum_of_bit_sum(expected_bits, n), ht::comm::checksum({expected}));
   }
 }
 

@@ -79,7 +79,7 @@ void FragmentExchange::begin(bool blocking) {
     snapshot_.copy_(flat);
   else
     sample_.copy_(sampled(flat));
-  if (setup_.outer) flat.neg_().add_(global_);  // the pseudo-gradient: global - local
+  if (setup_.outer) torch::sub_out(flat, global_, flat);  // the pseudo-gradient: global - local
   if (blocking) {
     xchg().allreduce_mean(mean_bit_sum());
     finish_exchange(/*overlapped=*/false);
@@ -136,6 +136,18 @@ double FragmentExchange::drift_squared() const {
 void FragmentExchange::finish_exchange(bool overlapped) {
   drift_sq_ = drift_squared();
   auto& flat = xchg().flat();
+  if (!overlapped && setup_.outer && tensors_in_flat()) {
+    // The tensors are the exchange buffer, which now holds the mean pseudo-gradient g: the outer
+    // step, the copy of the outer values into the tensors and the checksum's read in one pass
+    // where the rule is a plain step (global -= g), in two where it has momentum or another lr.
+    const bool plain_step = setup_.rule.momentum == 0.0 && setup_.rule.lr == 1.0;
+    if (!plain_step) setup_.rule.apply(global_, momentum_, flat);
+    mean_bit_sum_ = comm::subtract_copy_summing_bits(global_, plain_step ? flat : torch::Tensor(), flat);
+    pending_ = false;
+    mean_ready_ = false;
+    check_consistency(global_);
+    return;
+  }
   if (setup_.outer) setup_.rule.apply(global_, momentum_, flat);
   const torch::Tensor& target = setup_.outer ? global_ : flat;
   pending_ = false;
@@ -147,6 +159,14 @@ void FragmentExchange::finish_exchange(bool overlapped) {
     apply(target, /*add=*/false);  // reads the target, never writes it: its bit sum stays valid
     check_consistency(target);
   }
+}
+
+// Whole-layout exchanges whose tensors live in the layout's buffer (see LocalSgd: blocking ones).
+bool FragmentExchange::tensors_in_flat() const {
+  if (!setup_.whole) return false;
+  for (size_t i = 0; i < setup_.tensors.size(); ++i)
+    if (!setup_.layout.is_bound(setup_.tensors[i], i)) return false;
+  return true;
 }
 
 void FragmentExchange::apply(const torch::Tensor& part, bool add) {
@@ -205,7 +225,7 @@ void FragmentExchange::average_into(torch::Tensor& values, bool more_steps) {
     }
     auto& flat = view_->flat();
     flat.narrow(0, 0, part_numel_).copy_(part);
-    if (setup_.outer) flat.neg_().add_(g);
+    if (setup_.outer) torch::sub_out(flat, g, flat);
     view_->allreduce_mean();
     if (setup_.outer) setup_.rule.apply(g, m, flat);
     part.copy_((setup_.outer ? g : flat).narrow(0, 0, part_numel_));

@@ -43,7 +43,7 @@ struct FragmentSetup {
   bool outer = false;                         // keeps a global copy and applies an OuterRule
   OuterRule rule;
   // The layout itself is the exchange buffer (one fragment, one rank per group): no copy in or out,
-  // and the tensors may live in it (bound) for a blocking plain average.
+  // and the tensors may live in it (bound) when exchanges are blocking.
   bool whole = false;
   bool consistency_check = true;
   bool overlapped = false;  // exchanges complete steps after they begin: a full snapshot of the local part is kept
@@ -95,6 +95,7 @@ class FragmentExchange {
   torch::Tensor part_of(const torch::Tensor& full) const;  // this rank's part of a layout-sized buffer
   void take_local();                                     // xchg().flat()[0, part) := local part
   double drift_squared() const;
+  bool tensors_in_flat() const;  // whole, and every tensor bound to the layout's buffer
   // Writes `part` (this rank's part of the result) into the fragment for the whole group; add: += it.
   void apply(const torch::Tensor& part, bool add);
   void gather_parts(const torch::Tensor& fragment) const;

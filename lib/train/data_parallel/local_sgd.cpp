@@ -69,8 +69,9 @@ LocalSgd::LocalSgd(torch::nn::Module& model, comm::Communicator& comm, const con
     layout_ = std::make_unique<comm::ParamAverager>(*layout_comm_, sync_set_, o);
   }
   // The parameters live in the layout's buffer unless an exchange keeps its own data there while
-  // training goes on (the whole-model buffer of an overlapped or outer exchange).
-  const bool bindable = (!whole || (!outer && cfg_.overlap_steps == 0)) && !inner_->owns_parameter_storage();
+  // training goes on (the whole-model buffer of an overlapped exchange). A blocking outer exchange
+  // writes the pseudo-gradient over them and the outer values back within one sync.
+  const bool bindable = (!whole || cfg_.overlap_steps == 0) && !inner_->owns_parameter_storage();
   const bool bound = bindable && layout_->bind(sync_set_);
   HT_INFO("local_sgd: parameters {}", bound ? "stored in the flat exchange buffer (no pack/unpack per sync)"
                                            : "packed into the exchange buffer at each sync");

@@ -31,12 +31,30 @@ uint64_t scalar_scale_sum(float* p, int64_t n, float scale) {
   return acc;
 }
 
-uint64_t scalar_subtract_copy_sum(float* target, const float* delta, float* dst, int64_t n) {
+// One element of outer_step_summing_bits; the vector kernels make the same operations lane-wise.
+inline float outer_step_one(float* global, float* momentum, const float* g, float* copy, int64_t i,
+                            const OuterStepFactors& f) {
+  float v = global[i];
+  if (g != nullptr) {
+    float u = g[i];
+    if (f.momentum != 0.0f) {
+      const float m = momentum[i] * f.momentum + g[i];
+      momentum[i] = m;
+      u = f.nesterov ? g[i] + f.momentum * m : m;
+    }
+    if (f.lr != 1.0f) u = f.lr * u;
+    v = v - u;
+    global[i] = v;
+  }
+  if (copy != nullptr) copy[i] = v;
+  return v;
+}
+
+uint64_t scalar_outer_step_sum(float* global, float* momentum, const float* g, float* copy, int64_t begin, int64_t n,
+                               const OuterStepFactors& f) {
   uint64_t acc = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = delta != nullptr ? target[i] - delta[i] : target[i];
-    target[i] = v;
-    dst[i] = v;
+  for (int64_t i = begin; i < n; ++i) {
+    const float v = outer_step_one(global, momentum, g, copy, i, f);
     int32_t bits;
     std::memcpy(&bits, &v, sizeof bits);
     acc += static_cast<uint64_t>(static_cast<int64_t>(bits));
@@ -130,42 +148,59 @@ __attribute__((target("avx512f"))) uint64_t avx512_scale_sum(float* p, int64_t n
   }
   return static_cast<uint64_t>(_mm512_reduce_add_epi64(_mm512_add_epi64(a, b))) + scalar_scale_sum(p + i, n - i, scale);
 }
-__attribute__((target("avx2"))) uint64_t avx2_subtract_copy_sum(float* target, const float* delta, float* dst,
-                                                                 int64_t n) {
+__attribute__((target("avx2"))) uint64_t avx2_outer_step_sum(float* global, float* momentum, const float* g,
+                                                              float* copy, int64_t n, const OuterStepFactors& f) {
+  const __m256 mu = _mm256_set1_ps(f.momentum), lr = _mm256_set1_ps(f.lr);
   __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    __m256 v = _mm256_loadu_ps(target + i);
-    if (delta != nullptr) {
-      v = _mm256_sub_ps(v, _mm256_loadu_ps(delta + i));
-      _mm256_storeu_ps(target + i, v);
+    __m256 v = _mm256_loadu_ps(global + i);
+    if (g != nullptr) {
+      const __m256 gv = _mm256_loadu_ps(g + i);
+      __m256 u = gv;
+      if (f.momentum != 0.0f) {
+        const __m256 m = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(momentum + i), mu), gv);
+        _mm256_storeu_ps(momentum + i, m);
+        u = f.nesterov ? _mm256_add_ps(gv, _mm256_mul_ps(mu, m)) : m;
+      }
+      if (f.lr != 1.0f) u = _mm256_mul_ps(lr, u);
+      v = _mm256_sub_ps(v, u);
+      _mm256_storeu_ps(global + i, v);
     }
-    _mm256_storeu_ps(dst + i, v);
+    if (copy != nullptr) _mm256_storeu_ps(copy + i, v);
     const __m256i bits = _mm256_castps_si256(v);
     a = _mm256_add_epi64(a, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(bits)));
     b = _mm256_add_epi64(b, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(bits, 1)));
   }
-  return lanes_sum(_mm256_add_epi64(a, b)) +
-         scalar_subtract_copy_sum(target + i, delta != nullptr ? delta + i : nullptr, dst + i, n - i);
+  return lanes_sum(_mm256_add_epi64(a, b)) + scalar_outer_step_sum(global, momentum, g, copy, i, n, f);
 }
 
-__attribute__((target("avx512f"))) uint64_t avx512_subtract_copy_sum(float* target, const float* delta, float* dst,
-                                                                     int64_t n) {
+__attribute__((target("avx512f"))) uint64_t avx512_outer_step_sum(float* global, float* momentum, const float* g,
+                                                                  float* copy, int64_t n, const OuterStepFactors& f) {
+  const __m512 mu = _mm512_set1_ps(f.momentum), lr = _mm512_set1_ps(f.lr);
   __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    __m512 v = _mm512_loadu_ps(target + i);
-    if (delta != nullptr) {
-      v = _mm512_sub_ps(v, _mm512_loadu_ps(delta + i));
-      _mm512_storeu_ps(target + i, v);
+    __m512 v = _mm512_loadu_ps(global + i);
+    if (g != nullptr) {
+      const __m512 gv = _mm512_loadu_ps(g + i);
+      __m512 u = gv;
+      if (f.momentum != 0.0f) {
+        const __m512 m = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(momentum + i), mu), gv);
+        _mm512_storeu_ps(momentum + i, m);
+        u = f.nesterov ? _mm512_add_ps(gv, _mm512_mul_ps(mu, m)) : m;
+      }
+      if (f.lr != 1.0f) u = _mm512_mul_ps(lr, u);
+      v = _mm512_sub_ps(v, u);
+      _mm512_storeu_ps(global + i, v);
     }
-    _mm512_storeu_ps(dst + i, v);
+    if (copy != nullptr) _mm512_storeu_ps(copy + i, v);
     const __m512i bits = _mm512_castps_si512(v);
     a = _mm512_add_epi64(a, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(bits)));
     b = _mm512_add_epi64(b, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(bits, 1)));
   }
   return static_cast<uint64_t>(_mm512_reduce_add_epi64(_mm512_add_epi64(a, b))) +
-         scalar_subtract_copy_sum(target + i, delta != nullptr ? delta + i : nullptr, dst + i, n - i);
+         scalar_outer_step_sum(global, momentum, g, copy, i, n, f);
 }
 #pragma GCC diagnostic pop
 #endif
@@ -245,13 +280,16 @@ int64_t scale_summing_bits(float* data, int64_t n, float scale, BitSumPath path)
   return static_cast<int64_t>(scalar_scale_sum(data, n, scale));
 }
 
-int64_t subtract_copy_summing_bits(float* target, const float* delta, float* dst, int64_t n, BitSumPath path) {
-  require_runs(path, "subtract_copy_summing_bits");
+int64_t outer_step_summing_bits(float* global, float* momentum, const float* g, float* copy, int64_t n,
+                                OuterStepFactors f, BitSumPath path) {
+  require_runs(path, "outer_step_summing_bits");
+  HT_REQUIRE(g == nullptr || f.momentum == 0.0f || momentum != nullptr, ExitCode::kRuntime,
+             "outer_step_summing_bits: a momentum factor without a momentum buffer");
 #if defined(__x86_64__)
-  if (path == BitSumPath::kAvx512) return static_cast<int64_t>(avx512_subtract_copy_sum(target, delta, dst, n));
-  if (path == BitSumPath::kAvx2) return static_cast<int64_t>(avx2_subtract_copy_sum(target, delta, dst, n));
+  if (path == BitSumPath::kAvx512) return static_cast<int64_t>(avx512_outer_step_sum(global, momentum, g, copy, n, f));
+  if (path == BitSumPath::kAvx2) return static_cast<int64_t>(avx2_outer_step_sum(global, momentum, g, copy, n, f));
 #endif
-  return static_cast<int64_t>(scalar_subtract_copy_sum(target, delta, dst, n));
+  return static_cast<int64_t>(scalar_outer_step_sum(global, momentum, g, copy, 0, n, f));
 }
 
 }  // namespace ht::comm

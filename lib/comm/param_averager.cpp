@@ -466,26 +466,37 @@ uint64_t checksum(const std::vector<torch::Tensor>& tensors) {
 
 uint64_t checksum_of_bit_sum(int64_t bit_sum, int64_t numel) { return chain(kFnvOffset, bit_sum, numel); }
 
-int64_t subtract_copy_summing_bits(const torch::Tensor& target, const torch::Tensor& delta, const torch::Tensor& dst) {
-  HT_REQUIRE(target.numel() == dst.numel() && (!delta.defined() || delta.numel() == target.numel()),
-             ExitCode::kRuntime, "subtract_copy_summing_bits: tensors of {}, {} and {} elements", target.numel(),
-             delta.defined() ? delta.numel() : 0, dst.numel());
+void outer_step(const torch::Tensor& global, const torch::Tensor& momentum, const torch::Tensor& g,
+                const torch::Tensor& copy, OuterStepFactors f, int64_t* bit_sum) {
+  const int64_t n = global.numel();
+  for (const auto* t : {&momentum, &g, &copy})
+    HT_REQUIRE(!t->defined() || t->numel() == n, ExitCode::kRuntime,
+               "outer_step: a tensor of {} elements beside the outer values' {}", t->numel(), n);
   torch::NoGradGuard no_grad;
   const auto cpu_fp32 = [](const torch::Tensor& t) {
-    return t.is_cpu() && t.scalar_type() == torch::kFloat && t.is_contiguous();
+    return !t.defined() || (t.is_cpu() && t.scalar_type() == torch::kFloat && t.is_contiguous());
   };
-  if (cpu_fp32(target) && cpu_fp32(dst) && (!delta.defined() || cpu_fp32(delta))) {
-    auto* out = dst.data_ptr<float>();
-    auto* values = target.data_ptr<float>();
-    const float* minus = delta.defined() ? delta.data_ptr<float>() : nullptr;
-    return chunked_sum(target.numel(), [&](int64_t first, int64_t count) {
-      return subtract_copy_summing_bits(values + first, minus != nullptr ? minus + first : nullptr, out + first,
-                                        count);
+  if (cpu_fp32(global) && cpu_fp32(momentum) && cpu_fp32(g) && cpu_fp32(copy)) {
+    const auto at = [](const torch::Tensor& t, int64_t first) {
+      return t.defined() ? t.data_ptr<float>() + first : nullptr;
+    };
+    const int64_t sum = chunked_sum(n, [&](int64_t first, int64_t count) {
+      return outer_step_summing_bits(at(global, first), at(momentum, first), at(g, first), at(copy, first), count, f);
     });
+    if (bit_sum != nullptr) *bit_sum = sum;
+    return;
   }
-  if (delta.defined()) target.sub_(delta);
-  dst.copy_(target);
-  return raw_bit_sum(target);
+  if (g.defined()) {
+    torch::Tensor u = g;
+    if (f.momentum != 0.0f) {
+      momentum.mul_(f.momentum).add_(g);
+      u = f.nesterov ? g + f.momentum * momentum : momentum;
+    }
+    if (f.lr != 1.0f) u = u * f.lr;
+    global.sub_(u);
+  }
+  if (copy.defined()) copy.copy_(global);
+  if (bit_sum != nullptr) *bit_sum = raw_bit_sum(global);
 }
 
 void verify_replicas_equal(Communicator& comm, uint64_t local_checksum, const std::string& what) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/bit_sum.h"
 #include "comm/communicator.h"
 #include "comm/exchange.h"
 
@@ -132,10 +133,12 @@ class ParamAverager {
 uint64_t checksum(const std::vector<torch::Tensor>& tensors);
 // checksum({t}) from t's numel and a bit sum already taken (ParamAverager::allreduce_mean's).
 uint64_t checksum_of_bit_sum(int64_t bit_sum, int64_t numel);
-// target -= delta (when delta is defined; it may be dst), then dst := target, returning the bit sum
-// checksum({target}) is made of: one pass over the memory for fp32 contiguous CPU tensors of one
-// size (comm/bit_sum.h, split over the intra-op threads); the ATen operations and a read otherwise.
-int64_t subtract_copy_summing_bits(const torch::Tensor& target, const torch::Tensor& delta, const torch::Tensor& dst);
+// The outer step of comm/bit_sum.h (outer_step_summing_bits) on tensors of one size: g undefined:
+// no step; momentum may be undefined when f.momentum is 0; copy undefined: none (it may be g). One
+// pass for fp32 contiguous CPU tensors, split over the intra-op threads; the same operations through
+// ATen otherwise. bit_sum (optional) receives the bit sum checksum({global}) is made of.
+void outer_step(const torch::Tensor& global, const torch::Tensor& momentum, const torch::Tensor& g,
+                const torch::Tensor& copy, OuterStepFactors f, int64_t* bit_sum = nullptr);
 // Allgathers checksum; throws ht::Error(kRuntime) on every rank, naming the ranks that differ from rank 0.
 void verify_replicas_equal(Communicator& comm, uint64_t local_checksum, const std::string& what);
 // Copies root's tensors into every rank's tensors (any device; CUDA goes through host memory).

@@ -221,8 +221,7 @@ TEST(LocalSgd, DilocoWithOuterLrOneAndNoMomentumEqualsAveraging) {
 }
 
 // A blocking outer exchange works on the parameters' own buffer: the pseudo-gradient is written over
-// them, and the outer step's result copied back in the pass that adds up the checksum's bits (one
-// pass for the plain step). Two syncs with known local moves against the rule worked out here:
+// them, and the outer step, the copy of its result back and the checksum's bits are one pass. Two syncs with known local moves against the rule worked out here:
 // DiLoCo's Nesterov step, the plain outer step (lr 1, no momentum), and an int8 delta (within its
 // rounding). The parameters are checked to sit back to back in one buffer, so the fused path ran.
 TEST(LocalSgd, OuterStepsOnTheParameterBufferFollowTheRuleWorkedByHand) {

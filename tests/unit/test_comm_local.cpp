@@ -155,44 +155,64 @@ TEST(CommLocal, ScaleSummingBitsEveryPathMatchesMulThenSum) {
   }
 }
 
-// The outer step's fused pass: every path leaves in target what libtorch's sub_ leaves, copies it
-// into dst (also when dst is the delta itself, as the sync calls it) and returns its bit sum; with
-// no delta it is a copy. The tensor form, split over chunks, returns the same.
-TEST(CommLocal, SubtractCopySummingBitsEveryPathMatchesSubThenCopy) {
-  for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 33, 1000, 65536 + 5}) {
-    torch::manual_seed(n);
-    auto target = torch::randn({n}) * 1e3, delta = torch::randn({n}) * 1e-2;
-    if (n > 4) {
-      target[0] = -0.0f, target[1] = 1e-40f, target[2] = std::numeric_limits<float>::infinity();
-      delta[3] = target[3].item<float>();  // an exact zero difference
+// The outer step's pass: every path leaves in global and momentum what the ATen operations leave
+// (each one rounded on its own: mul, add, sub), copies global into copy (also when copy is g
+// itself, as the sync calls it) and returns its bit sum; with no g it is a copy. For DiLoCo's
+// Nesterov and heavy-ball steps, the plain step and other learning rates; tails and a chunk's
+// length included, with a signed zero, a subnormal and an infinity in the outer values. The tensor
+// form (split over chunks) returns the same.
+TEST(CommLocal, OuterStepEveryPathMatchesTheAtenOperations) {
+  using ht::comm::OuterStepFactors;
+  for (const OuterStepFactors f : {OuterStepFactors{1.0f, 0.0f, true}, OuterStepFactors{1.0f, 0.1f, true},
+                                   OuterStepFactors{0.7f, 0.9f, true}, OuterStepFactors{0.7f, 0.9f, false},
+                                   OuterStepFactors{0.5f, 0.0f, false}}) {
+    for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 33, 1000, 65536 + 5}) {
+      const std::string what = "lr " + std::to_string(f.lr) + ", momentum " + std::to_string(f.momentum) +
+                               (f.nesterov ? " nesterov" : "") + ", n = " + std::to_string(n);
+      torch::manual_seed(n);
+      auto global = torch::randn({n}) * 1e3, momentum = torch::randn({n}), g = torch::randn({n}) * 1e-2;
+      if (n > 4) global[0] = -0.0f, global[1] = 1e-40f, global[2] = std::numeric_limits<float>::infinity();
+      auto m_want = momentum.clone(), u = g;
+      if (f.momentum != 0.0f) {
+        m_want = momentum.mul(f.momentum).add(g);
+        u = f.nesterov ? g.add(m_want.mul(f.momentum)) : m_want;
+      }
+      if (f.lr != 1.0f) u = u.mul(f.lr);
+      const auto want = global.sub(u);
+      const int64_t want_bits = ht::comm::sum_of_bits(want.data_ptr(), n, 4, ht::comm::BitSumPath::kScalar);
+      const auto bytes = static_cast<size_t>(n) * 4;
+      const auto same = [&](const torch::Tensor& a, const torch::Tensor& b) {
+        return std::memcmp(a.data_ptr(), b.data_ptr(), bytes) == 0;
+      };
+      for (auto path : ht::comm::supported_bit_sum_paths()) {
+        const std::string at = what + ", " + ht::comm::name_of(path) + " path";
+        auto gl = global.clone(), m = momentum.clone(), gv = g.clone(), copy = torch::full({n}, 7.0f);
+        EXPECT_EQ(ht::comm::outer_step_summing_bits(gl.data_ptr<float>(), m.data_ptr<float>(), gv.data_ptr<float>(),
+                                                    copy.data_ptr<float>(), n, f, path),
+                  want_bits)
+            << at;
+        EXPECT_TRUE(same(gl, want)) << at << ": outer values";
+        EXPECT_TRUE(same(m, m_want)) << at << ": momentum";
+        EXPECT_TRUE(same(copy, want)) << at << ": copy";
+        EXPECT_TRUE(same(gv, g)) << at << ": g was written";
+        gl = global.clone(), m = momentum.clone(), gv = g.clone();  // the copy goes over g
+        ht::comm::outer_step_summing_bits(gl.data_ptr<float>(), m.data_ptr<float>(), gv.data_ptr<float>(),
+                                          gv.data_ptr<float>(), n, f, path);
+        EXPECT_TRUE(same(gv, want)) << at << ": copy over g";
+        gl = global.clone(), copy = torch::zeros({n});
+        EXPECT_EQ(ht::comm::outer_step_summing_bits(gl.data_ptr<float>(), nullptr, nullptr, copy.data_ptr<float>(), n,
+                                                    f, path),
+                  ht::comm::sum_of_bits(global.data_ptr(), n, 4, ht::comm::BitSumPath::kScalar))
+            << at << ", no step";
+        EXPECT_TRUE(same(copy, global) && same(gl, global)) << at << ": a copy without a step";
+      }
+      auto gl = global.clone(), m = momentum.clone(), gv = g.clone();
+      int64_t bits = 0;
+      ht::comm::outer_step(gl, m, gv, gv, f, &bits);
+      EXPECT_EQ(bits, want_bits) << what << ", tensor form";
+      EXPECT_TRUE(same(gv, want) && same(m, m_want)) << what << ", tensor form";
+      EXPECT_EQ(ht::comm::checksum_of_bit_sum(want_bits, n), ht::comm::checksum({want})) << what;
     }
-    auto expected = target.sub(delta);
-    const int64_t expected_bits = ht::comm::sum_of_bits(expected.data_ptr(), n, 4, ht::comm::BitSumPath::kScalar);
-    const int64_t copy_bits = ht::comm::sum_of_bits(target.data_ptr(), n, 4, ht::comm::BitSumPath::kScalar);
-    const auto bytes = static_cast<size_t>(n) * 4;
-    for (auto path : ht::comm::supported_bit_sum_paths()) {
-      const std::string what = std::string(ht::comm::name_of(path)) + " path, n = " + std::to_string(n);
-      auto t = target.clone(), d = delta.clone(), out = torch::full({n}, 7.0f);
-      EXPECT_EQ(ht::comm::subtract_copy_summing_bits(t.data_ptr<float>(), d.data_ptr<float>(), out.data_ptr<float>(),
-                                                     n, path),
-                expected_bits)
-          << what;
-      EXPECT_EQ(std::memcmp(t.data_ptr(), expected.data_ptr(), bytes), 0) << what << ": target";
-      EXPECT_EQ(std::memcmp(out.data_ptr(), expected.data_ptr(), bytes), 0) << what << ": copy";
-      EXPECT_EQ(std::memcmp(d.data_ptr(), delta.data_ptr(), bytes), 0) << what << ": the delta was written";
-      t = target.clone(), d = delta.clone();  // the delta is the destination
-      ht::comm::subtract_copy_summing_bits(t.data_ptr<float>(), d.data_ptr<float>(), d.data_ptr<float>(), n, path);
-      EXPECT_EQ(std::memcmp(d.data_ptr(), expected.data_ptr(), bytes), 0) << what << ": copy over the delta";
-      t = target.clone(), out = torch::zeros({n});
-      EXPECT_EQ(ht::comm::subtract_copy_summing_bits(t.data_ptr<float>(), nullptr, out.data_ptr<float>(), n, path),
-                copy_bits)
-          << what << ", no delta";
-      EXPECT_EQ(std::memcmp(out.data_ptr(), target.data_ptr(), bytes), 0) << what << ": plain copy";
-    }
-    auto t = target.clone(), d = delta.clone();
-    EXPECT_EQ(ht::comm::subtract_copy_summing_bits(t, d, d), expected_bits) << "tensor form, n = " << n;
-    EXPECT_EQ(std::memcmp(d.data_ptr(), expected.data_ptr(), bytes), 0) << "tensor form, n = " << n;
-    EXPECT_EQ(ht::comm::checksum_of_bit_sum(expected_bits, n), ht::comm::checksum({expected}));
   }
 }
 

@@ -9,16 +9,12 @@
 
 namespace ht::train {
 
+comm::OuterStepFactors OuterRule::factors() const {
+  return comm::OuterStepFactors{static_cast<float>(lr), static_cast<float>(momentum), nesterov};
+}
+
 void OuterRule::apply(torch::Tensor& global, torch::Tensor& momentum_buf, const torch::Tensor& g) const {
-  if (momentum > 0) {
-    momentum_buf.mul_(momentum).add_(g);
-    if (nesterov)
-      global.sub_(g + momentum * momentum_buf, lr);
-    else
-      global.sub_(momentum_buf, lr);
-  } else {
-    global.sub_(g, lr);
-  }
+  comm::outer_step(global, momentum_buf, g, torch::Tensor(), factors());
 }
 
 FragmentExchange::FragmentExchange(const FragmentSetup& setup) : setup_(setup) {
@@ -138,11 +134,10 @@ void FragmentExchange::finish_exchange(bool overlapped) {
   auto& flat = xchg().flat();
   if (!overlapped && setup_.outer && tensors_in_flat()) {
     // The tensors are the exchange buffer, which now holds the mean pseudo-gradient g: the outer
-    // step, the copy of the outer values into the tensors and the checksum's read in one pass
-    // where the rule is a plain step (global -= g), in two where it has momentum or another lr.
-    const bool plain_step = setup_.rule.momentum == 0.0 && setup_.rule.lr == 1.0;
-    if (!plain_step) setup_.rule.apply(global_, momentum_, flat);
-    mean_bit_sum_ = comm::subtract_copy_summing_bits(global_, plain_step ? flat : torch::Tensor(), flat);
+    // step, the copy of the outer values into the tensors and the checksum's read in one pass.
+    int64_t bits = 0;
+    comm::outer_step(global_, momentum_, flat, flat, setup_.rule.factors(), &bits);
+    mean_bit_sum_ = bits;
     pending_ = false;
     mean_ready_ = false;
     check_consistency(global_);

@@ -26,10 +26,12 @@ namespace ht::train {
 
 // DiLoCo's outer step on (global, momentum) with the averaged pseudo-gradient g:
 // m = mu m + g; update = nesterov ? g + mu m : m; global -= lr * update (mu = 0: global -= lr g).
+// The arithmetic is comm::outer_step's (one pass on CPUs, and the same on every rank).
 struct OuterRule {
   double lr = 1.0, momentum = 0.0;
   bool nesterov = true;
   void apply(torch::Tensor& global, torch::Tensor& momentum_buf, const torch::Tensor& g) const;
+  comm::OuterStepFactors factors() const;
 };
 
 struct FragmentSetup {

@@ -148,6 +148,7 @@ __attribute__((target("avx512f"))) uint64_t avx512_scale_sum(float* p, int64_t n
   }
   return static_cast<uint64_t>(_mm512_reduce_add_epi64(_mm512_add_epi64(a, b))) + scalar_scale_sum(p + i, n - i, scale);
 }
+
 __attribute__((target("avx2"))) uint64_t avx2_outer_step_sum(float* global, float* momentum, const float* g,
                                                               float* copy, int64_t n, const OuterStepFactors& f) {
   const __m256 mu = _mm256_set1_ps(f.momentum), lr = _mm256_set1_ps(f.lr);

@@ -1,10 +1,11 @@
 // The sum of a buffer's raw bit patterns, the per-tensor part of comm::checksum, and the passes that
-// add it up while they write the buffer. It is taken once
-// per local-SGD exchange over the whole averaged buffer, so at small models it cost about as much
-// as the collective itself (0.26 of 0.38 ms at the demo shape, scalar): the 32- and 16-bit widths
-// have AVX2 and AVX-512 kernels, chosen at run time from the CPU, and for fp32 means the sum is
-// added up in the pass that applies the 1/W scale (scale_summing_bits). Every path returns the same
-// value (integer addition in any order), so checksums agree across ranks on different CPUs.
+// add it up while they write the buffer. It is taken once per local-SGD exchange over the whole
+// averaged buffer, so at small models it cost about as much as the collective itself (0.26 of
+// 0.38 ms at the demo shape, scalar): the 32- and 16-bit widths have AVX2 and AVX-512 kernels,
+// chosen at run time from the CPU, and it is added up in the pass that applies the 1/W scale to an
+// fp32 mean (scale_summing_bits) or the outer step of an outer exchange (outer_step_summing_bits).
+// Every path returns the same value (integer addition in any order), so checksums agree across
+// ranks on different CPUs.
 #pragma once
 #include <cstddef>
 #include <cstdint>
